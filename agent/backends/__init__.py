@@ -1,0 +1,1 @@
+"""Sources of GPU telemetry. Each backend turns one outside source into our own models."""

@@ -1,0 +1,1 @@
+"""The central aggregator: fleet health, incident history, remediation permits, circuit breaker."""
