@@ -1,0 +1,1 @@
+"""The ``gpuhealth`` command line: one console script, one module per command group."""

@@ -1,0 +1,86 @@
+"""Run every check on a snapshot and fold the findings into the node verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from agent.snapshot import NodeSnapshot
+from checks.base import CheckFunction
+from checks.config import ChecksConfig
+from checks.findings import Action, Finding, Status, Verdict
+from checks.memory import check_ecc, check_retired_pages, check_row_remap
+from checks.nvlink import check_nvlink
+from checks.pcie import check_pcie
+from checks.persistence import check_persistence
+from checks.presence import check_presence
+from checks.recovery_action import check_recovery_action
+from checks.thermal import check_thermal
+from checks.xid import check_xid
+
+log = structlog.get_logger(__name__)
+
+_MAX_ERROR_TEXT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredCheck:
+    """A check and the family name its ``CHECK_ERROR`` finding carries if it fails."""
+
+    name: str
+    function: CheckFunction
+
+
+CHECKS: tuple[RegisteredCheck, ...] = (
+    RegisteredCheck("presence", check_presence),
+    RegisteredCheck("xid", check_xid),
+    RegisteredCheck("ecc", check_ecc),
+    RegisteredCheck("row_remap", check_row_remap),
+    RegisteredCheck("retired_pages", check_retired_pages),
+    RegisteredCheck("pcie", check_pcie),
+    RegisteredCheck("nvlink", check_nvlink),
+    RegisteredCheck("thermal", check_thermal),
+    RegisteredCheck("recovery_action", check_recovery_action),
+    RegisteredCheck("persistence", check_persistence),
+)
+"""Every check, in the fixed order they run."""
+
+
+def run_checks(
+    snapshot: NodeSnapshot,
+    config: ChecksConfig | None = None,
+    *,
+    checks: Sequence[RegisteredCheck] = CHECKS,
+) -> Verdict:
+    """The node verdict: every check's findings, worst first (``Verdict.from_findings``).
+
+    A check that raises is reported as an ``unknown`` ``CHECK_ERROR`` finding and the others still run: one
+    bug must not hide a real fault, nor turn into one.
+    """
+    settings = config if config is not None else ChecksConfig()
+    findings: list[Finding] = []
+    for check in checks:
+        findings.extend(_run_one(check, snapshot, settings))
+    return Verdict.from_findings(snapshot.node, findings)
+
+
+def _run_one(check: RegisteredCheck, snapshot: NodeSnapshot, settings: ChecksConfig) -> list[Finding]:
+    try:
+        return check.function(snapshot, settings)
+    except Exception as exc:  # any bug in one check becomes a finding, by design
+        log.error(
+            "check_failed", check=check.name, node=snapshot.node, error=type(exc).__name__, exc_info=True
+        )
+        text = " ".join(str(exc).split())[:_MAX_ERROR_TEXT]
+        return [
+            Finding(
+                check=check.name,
+                gpu=None,
+                status=Status.UNKNOWN,
+                code="CHECK_ERROR",
+                message=f"check {check.name} failed: {type(exc).__name__}: {text}",
+                action=Action.NONE,
+            )
+        ]
