@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml import NvmlBackend
+from agent.backends.nvml_backend import NvmlBackend
 from agent.logging import configure_logging
 
 FULL_RUNS = 2000

@@ -95,7 +95,7 @@ cat "$OUT/xid-watch.jsonl"
 step "wall time of $SNAPSHOT_RUNS real snapshots"
 run_to timing "$OUT/real-snapshot-timing.json" "$PY" - "$SNAPSHOT_RUNS" <<'PYTHON'
 import json, statistics, sys, time
-from agent.backends.nvml import NvmlBackend
+from agent.backends.nvml_backend import NvmlBackend
 from agent.logging import configure_logging
 
 configure_logging("error")

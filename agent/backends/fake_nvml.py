@@ -1,4 +1,4 @@
-# ruff: noqa: N802, N803, N815  -- the fake mirrors pynvml's camelCase function, argument and struct names
+# ruff: noqa: N802, N803  -- the fake mirrors pynvml's camelCase function and argument names
 """A stateful fake of the ``pynvml`` surface gpuhealth uses, for tests, the demo and the simulator.
 
 ``FakeNvml(profile="h100_sxm", gpu_count=8, seed=1)`` is one node's NVML: it has the same function names,
@@ -16,329 +16,49 @@ documented NVML behaviour:
 Fault injection is scripted with methods (``inject_xid``, ``lose_gpu``, ``set_row_remap`` ...); each takes
 a GPU as its slot number (its index when the fake was built, stable even after ``remove_gpu``) or its
 UUID. Everything is guarded by one lock: the watcher thread and the agent loop call in concurrently.
+
+The GPU models are data in :mod:`agent.backends.fake_profiles`, one GPU's state is
+:class:`agent.backends.fake_gpu.FakeGpu`, and the values handed out are in :mod:`agent.backends.fake_structs`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from dataclasses import replace
 from typing import Final, NoReturn
 
 from agent.backends import nvml
+from agent.backends.fake_gpu import CLOCKS_EVENT_REASONS, FakeGpu, FakeLink, new_gpu
+from agent.backends.fake_profiles import PROFILES
+from agent.backends.fake_structs import (
+    FakeDeviceHandle,
+    FakeEventData,
+    FakeEventSet,
+    FakeFieldValue,
+    FakePciInfo,
+    FakeValue,
+    InjectedXid,
+)
 
 _FAKE_NODE_NUMBERS = itertools.count()  # only to tell apart fakes built without a seed
 
 XID_FELL_OFF_THE_BUS: Final[int] = 79
-
-# Clocks event reason bits (nvmlClocksEventReason*), by the names throttle() accepts.
-CLOCKS_EVENT_REASONS: Final[dict[str, int]] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal": 0x20,
-    "hw_thermal": 0x40,
-    "hw_power_brake": 0x80,
-}
 
 
 class FakeNvmlError(ValueError):
     """The fake was asked for something it does not have (an unknown profile, GPU or reason)."""
 
 
-@dataclass(frozen=True)
-class GpuProfile:
-    """What one GPU model on one driver looks like through NVML. Add a profile to PROFILES to extend."""
-
-    key: str
-    name: str  # nvmlDeviceGetName, exactly as the driver spells it
-    architecture: str
-    default_gpu_count: int
-    bus_numbers: tuple[int, ...]  # PCI bus of each GPU in enumeration order (HGX / DGX board layouts)
-    pci_device_id: int  # nvmlPciInfo_t.pciDeviceId: (device << 16) | vendor 0x10DE
-    driver_version: str
-    power_limit_w: int
-    idle_power_w: tuple[int, int]
-    pcie_gen: int
-    pcie_width: int
-    nvlink_links: int  # 0 = PCIe board without NVLink
-    row_remapping: bool  # Ampere and newer
-    page_retirement: bool  # before Ampere
-    recovery_action_field: bool  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION known to the driver
-    memory_temperature: bool  # NVML_FI_DEV_MEMORY_TEMP answers
-    missing_functions: frozenset[str] = frozenset()  # absent from this driver's libnvidia-ml
-
-
-_HGX_BUSES: Final[tuple[int, ...]] = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-
-PROFILES: Final[dict[str, GpuProfile]] = {
-    profile.key: profile
-    for profile in (
-        GpuProfile(
-            key="h100_sxm",
-            name="NVIDIA H100 80GB HBM3",
-            architecture="Hopper",
-            default_gpu_count=8,
-            bus_numbers=_HGX_BUSES,
-            pci_device_id=0x233010DE,
-            driver_version="580.95.05",
-            power_limit_w=700,
-            idle_power_w=(68, 75),
-            pcie_gen=5,
-            pcie_width=16,
-            nvlink_links=18,
-            row_remapping=True,
-            page_retirement=False,
-            recovery_action_field=True,
-            memory_temperature=True,
-        ),
-        GpuProfile(
-            key="h200_sxm",
-            name="NVIDIA H200",
-            architecture="Hopper",
-            default_gpu_count=8,
-            bus_numbers=_HGX_BUSES,
-            pci_device_id=0x233510DE,
-            driver_version="580.95.05",
-            power_limit_w=700,
-            idle_power_w=(74, 82),
-            pcie_gen=5,
-            pcie_width=16,
-            nvlink_links=18,
-            row_remapping=True,
-            page_retirement=False,
-            recovery_action_field=True,
-            memory_temperature=True,
-        ),
-        GpuProfile(
-            key="a100_pcie",
-            name="NVIDIA A100 80GB PCIe",
-            architecture="Ampere",
-            default_gpu_count=4,
-            bus_numbers=(0x17, 0x65, 0xCA, 0xE3, 0x31, 0x4B, 0xB1, 0x98),
-            pci_device_id=0x20B510DE,
-            driver_version="570.172.08",
-            power_limit_w=300,
-            idle_power_w=(42, 50),
-            pcie_gen=4,
-            pcie_width=16,
-            nvlink_links=0,
-            row_remapping=True,
-            page_retirement=False,
-            recovery_action_field=True,
-            memory_temperature=True,
-        ),
-        GpuProfile(
-            key="v100_sxm2",
-            name="Tesla V100-SXM2-32GB",
-            architecture="Volta",
-            default_gpu_count=8,
-            bus_numbers=(0x06, 0x07, 0x0A, 0x0B, 0x85, 0x86, 0x89, 0x8A),
-            pci_device_id=0x1DB510DE,
-            driver_version="535.274.02",
-            power_limit_w=300,
-            idle_power_w=(40, 46),
-            pcie_gen=3,
-            pcie_width=16,
-            nvlink_links=6,
-            row_remapping=False,
-            page_retirement=True,
-            recovery_action_field=False,
-            memory_temperature=False,
-            missing_functions=frozenset({"nvmlDeviceGetTemperatureV"}),
-        ),
-    )
-}
-
-
-# --- Return shapes, as pynvml's ctypes structures present them -----------------------------------------
-
-
-@dataclass(frozen=True)
-class FakePciInfo:
-    """Like ``nvmlPciInfo_t``: nvidia-ml-py 12+ decodes ``busId`` to ``str`` (older releases gave bytes)."""
-
-    busId: str
-    busIdLegacy: str
-    domain: int
-    bus: int
-    device: int
-    pciDeviceId: int
-    pciSubSystemId: int
-
-
-@dataclass(frozen=True)
-class FakeValue:
-    """Like the ``c_nvmlValue_t`` union: every member shows the same number."""
-
-    dVal: float
-    uiVal: int
-    ulVal: int
-    ullVal: int
-    sllVal: int
-    siVal: int
-    usVal: int
-
-    @classmethod
-    def of(cls, number: int) -> FakeValue:
-        """The union holding ``number``."""
-        return cls(float(number), number, number, number, number, number, number & 0xFFFF)
-
-
-@dataclass(frozen=True)
-class FakeFieldValue:
-    """Like ``c_nvmlFieldValue_t``: check ``nvmlReturn`` before reading ``value`` by ``valueType``."""
-
-    fieldId: int
-    scopeId: int
-    timestamp: int
-    latencyUsec: int
-    valueType: int
-    nvmlReturn: int
-    value: FakeValue
-
-
-@dataclass(frozen=True, eq=False)
-class FakeDeviceHandle:
-    """Stands for a ``c_nvmlDevice_t``: one per GPU, the same object on every lookup (like NVML's)."""
-
-    node: int
-    slot: int
-
-
-@dataclass(frozen=True)
-class FakeEventData:
-    """Like ``c_nvmlEventData_t``: ``eventData`` is the XID for an XID critical error."""
-
-    device: FakeDeviceHandle
-    eventType: int
-    eventData: int
-    gpuInstanceId: int = 0xFFFFFFFF
-    computeInstanceId: int = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class InjectedXid:
-    """Record of one injected XID, for code that also wants to render it as a kernel-log line."""
-
-    slot: int
-    gpu_uuid: str
-    pci_bus_id: str
-    xid: int
-    message: str | None
-
-
-@dataclass(eq=False)
-class FakeEventSet:
-    """Stands for a ``c_nvmlEventSet_t``."""
-
-    node: int
-    slots: set[int] = field(default_factory=set)
-    pending: deque[FakeEventData | FakeDeviceHandle] = field(default_factory=deque)  # a handle = "lost"
-    freed: bool = False
-
-
-# --- One GPU's state ----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Link:
-    active: bool = True
-    replay: int = 0
-    recovery: int = 0
-    crc_flit: int = 0
-    crc_data: int = 0
-
-
-@dataclass
-class FakeGpu:
-    """The mutable state of one fake GPU. Change it through FakeNvml's methods (they hold the lock)."""
-
-    slot: int
-    uuid: str
-    bus_number: int
-    temperature_c: int
-    memory_temperature_c: int
-    power_mw: int
-    power_limit_mw: int
-    pcie_gen: int
-    pcie_width: int
-    links: list[_Link]
-    persistence_mode: bool = True
-    clocks_event_reasons: int = CLOCKS_EVENT_REASONS["gpu_idle"]
-    ecc_enabled: bool = True
-    # ECC counters by (memory error type, counter type)
-    ecc: dict[tuple[int, int], int] = field(default_factory=dict)
-    remapped_correctable: int = 0
-    remapped_uncorrectable: int = 0
-    remap_pending: bool = False
-    remap_failure: bool = False
-    retired_single_bit: int = 0
-    retired_double_bit: int = 0
-    retirement_pending: bool = False
-    pcie_replays: int = 0
-    recovery_action: int = 0
-    mig_enabled: bool = False
-    lost: bool = False
-    lookup_fails_when_lost: bool = True
-    enumerated: bool = True
-    failing_code: int | None = None  # every query raises this code
-    call_errors: dict[str, int] = field(default_factory=dict)  # one query raises a code
-
-    @property
-    def pci_bus_id(self) -> str:
-        """NVML's spelling: 8-digit domain, upper-case hex, function number."""
-        return f"00000000:{self.bus_number:02X}:00.0"
-
-
-def _stable_int(key: str, low: int, high: int) -> int:
-    """A number in [low, high] fixed by ``key``: deterministic variety without a random generator."""
-    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return low + digest % (high - low + 1)
-
-
-def fake_uuid(seed: object, node_name: str, slot: int) -> str:
-    """The UUID the fake gives a GPU: ``GPU-`` and 8-4-4-4-12 hex digits, fixed by seed, node and slot."""
-    digest = hashlib.sha256(f"{seed}/{node_name}/{slot}".encode()).hexdigest()
-    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
-
-
-def _bus_number(profile: GpuProfile, slot: int) -> int:
-    if slot < len(profile.bus_numbers):
-        return profile.bus_numbers[slot]
-    return 0xC0 + slot  # beyond the board layout: still distinct on this node
-
-
-def _new_gpu(profile: GpuProfile, seed: object, node_name: str, slot: int) -> FakeGpu:
-    key = f"{seed}/{node_name}/{slot}"
-    temperature = _stable_int(key + "/t", 29, 38)
-    return FakeGpu(
-        slot=slot,
-        uuid=fake_uuid(seed, node_name, slot),
-        bus_number=_bus_number(profile, slot),
-        temperature_c=temperature,
-        memory_temperature_c=temperature + _stable_int(key + "/m", 1, 5),
-        power_mw=_stable_int(key + "/p", profile.idle_power_w[0] * 1000, profile.idle_power_w[1] * 1000),
-        power_limit_mw=profile.power_limit_w * 1000,
-        pcie_gen=profile.pcie_gen,
-        pcie_width=profile.pcie_width,
-        links=[_Link() for _ in range(profile.nvlink_links)],
-        ecc={
-            (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC): 0,
-            (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC): _stable_int(key + "/sbe", 0, 3),
-            (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC): 0,
-            (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC): 0,
-        },
-    )
-
-
 def _raise(code: int) -> NoReturn:
     raise nvml.nvml_error(code)
+
+
+def _feature(enabled: bool) -> int:
+    """NVML's answer for an on/off state (nvmlEnableState_t)."""
+    return nvml.NVML_FEATURE_ENABLED if enabled else nvml.NVML_FEATURE_DISABLED
 
 
 class FakeNvml:
@@ -371,7 +91,7 @@ class FakeNvml:
         self.node_name = node_name
         self._id = next(_FAKE_NODE_NUMBERS)
         effective_seed = seed if seed is not None else f"unseeded-{self._id}"
-        self._gpus = [_new_gpu(self.profile, effective_seed, node_name, slot) for slot in range(count)]
+        self._gpus = [new_gpu(self.profile, effective_seed, node_name, slot) for slot in range(count)]
         self._handles = [FakeDeviceHandle(self._id, slot) for slot in range(count)]
         self._lock = threading.RLock()
         self._events_changed = threading.Condition(self._lock)
@@ -493,7 +213,7 @@ class FakeNvml:
     def nvmlDeviceGetPersistenceMode(self, handle: object) -> int:
         with self._lock:
             gpu = self._device(handle, "nvmlDeviceGetPersistenceMode")
-            return nvml.NVML_FEATURE_ENABLED if gpu.persistence_mode else nvml.NVML_FEATURE_DISABLED
+            return _feature(gpu.persistence_mode)
 
     def nvmlDeviceGetTemperatureV(
         self, handle: object, sensor: int, version: int = nvml.nvmlTemperature_v1
@@ -537,7 +257,7 @@ class FakeNvml:
         """[current, pending] mode."""
         with self._lock:
             gpu = self._device(handle, "nvmlDeviceGetEccMode")
-            mode = nvml.NVML_FEATURE_ENABLED if gpu.ecc_enabled else nvml.NVML_FEATURE_DISABLED
+            mode = _feature(gpu.ecc_enabled)
             return [mode, mode]
 
     def nvmlDeviceGetTotalEccErrors(self, handle: object, errorType: int, counterType: int) -> int:
@@ -577,7 +297,7 @@ class FakeNvml:
         with self._lock:
             gpu = self._device(device, "nvmlDeviceGetRetiredPagesPendingStatus")
             self._require_page_retirement()
-            return nvml.NVML_FEATURE_ENABLED if gpu.retirement_pending else nvml.NVML_FEATURE_DISABLED
+            return _feature(gpu.retirement_pending)
 
     def _require_page_retirement(self) -> None:
         if not self.profile.page_retirement:
@@ -609,7 +329,7 @@ class FakeNvml:
         with self._lock:
             gpu = self._device(device, "nvmlDeviceGetNvLinkState")
             active = self._link(gpu, link).active
-            return nvml.NVML_FEATURE_ENABLED if active else nvml.NVML_FEATURE_DISABLED
+            return _feature(active)
 
     def nvmlDeviceGetNvLinkErrorCounter(self, device: object, link: int, counter: int) -> int:
         with self._lock:
@@ -625,7 +345,7 @@ class FakeNvml:
             return counters[counter]
 
     @staticmethod
-    def _link(gpu: FakeGpu, link: int) -> _Link:
+    def _link(gpu: FakeGpu, link: int) -> FakeLink:
         if not 0 <= link < nvml.NVML_NVLINK_MAX_LINKS:
             _raise(nvml.NVML_ERROR_INVALID_ARGUMENT)
         if link >= len(gpu.links):
@@ -833,7 +553,7 @@ class FakeNvml:
             state.recovery += recovery
             state.crc_flit += crc
 
-    def _fake_link(self, gpu: int | str, link: int) -> _Link:
+    def _fake_link(self, gpu: int | str, link: int) -> FakeLink:
         target = self.gpu(gpu)
         if not 0 <= link < len(target.links):
             raise FakeNvmlError(f"GPU {gpu!r} has {len(target.links)} NVLink links, not link {link}")
@@ -907,7 +627,7 @@ class FakeNvml:
             target.remap_pending = False
             target.retirement_pending = False
             target.recovery_action = 0
-            target.links = [_Link() for _ in target.links]
+            target.links = [FakeLink() for _ in target.links]
             target.clocks_event_reasons = CLOCKS_EVENT_REASONS["gpu_idle"]
 
     def clear_faults(self, gpu: int | str) -> None:

@@ -78,7 +78,7 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
             return load_snapshot(args.snapshot)
         except SnapshotError as exc:
             raise CliError(str(exc), EXIT_UNKNOWN) from exc
-    from agent.backends.nvml import NvmlBackend
+    from agent.backends.nvml_backend import NvmlBackend
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus

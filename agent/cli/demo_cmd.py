@@ -62,7 +62,8 @@ class FakeNode:
 
     def __init__(self, name: str, profile: str, gpu_count: int | None = None) -> None:
         from agent.backends.fake_nvml import FakeNvml
-        from agent.backends.nvml import NvmlBackend, XidBuffer, XidWatcher
+        from agent.backends.nvml_backend import NvmlBackend
+        from agent.backends.xid_watcher import XidBuffer, XidWatcher
 
         self.name = name
         self.nvml = FakeNvml(profile, gpu_count, seed=name, node_name=name)
@@ -174,7 +175,7 @@ def _play(node: FakeNode, scene: Scene, console: Console) -> SceneResult:
 
 def _play_no_driver(console: Console) -> SceneResult:
     from agent.backends.fake_nvml import FakeNvml
-    from agent.backends.nvml import NvmlBackend
+    from agent.backends.nvml_backend import NvmlBackend
     from checks.runner import run_checks
 
     console.print("[bold]node demo-nodriver-01[/bold] (NVIDIA driver not installed)")

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from agent.backends.nvml import NvmlBackend
+    from agent.backends.nvml_backend import NvmlBackend
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus

@@ -10,13 +10,10 @@ import pynvml
 import pytest
 
 from agent.backends import nvml
-from agent.backends.fake_nvml import (
-    CLOCKS_EVENT_REASONS,
-    PROFILES,
-    FakeDeviceHandle,
-    FakeNvml,
-    FakeNvmlError,
-)
+from agent.backends.fake_gpu import CLOCKS_EVENT_REASONS
+from agent.backends.fake_nvml import FakeNvml, FakeNvmlError
+from agent.backends.fake_profiles import PROFILES
+from agent.backends.fake_structs import FakeDeviceHandle
 
 
 @pytest.fixture

@@ -15,7 +15,10 @@ from structlog.testing import capture_logs
 
 from agent.backends import nvml
 from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml import NvmlBackend, NvmlBackendError, NvmlSettingError, XidBuffer, main
+from agent.backends.nvml import NvmlBackendError, NvmlSettingError
+from agent.backends.nvml_backend import NvmlBackend
+from agent.backends.nvml_tool import main
+from agent.backends.xid_watcher import XidBuffer
 from agent.snapshot import NodeSnapshot, XidEvent
 
 FIXED_TIME = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)

@@ -16,15 +16,10 @@ from structlog.testing import capture_logs
 
 from agent.backends import nvml
 from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml import (
-    NvmlBackend,
-    NvmlBackendError,
-    NvmlSettingError,
-    NvmlUnavailableError,
-    XidBuffer,
-    XidWatcher,
-    main,
-)
+from agent.backends.nvml import NvmlBackendError, NvmlSettingError, NvmlUnavailableError
+from agent.backends.nvml_backend import NvmlBackend
+from agent.backends.nvml_tool import main
+from agent.backends.xid_watcher import XidBuffer, XidWatcher
 from agent.snapshot import XidEvent
 
 pytestmark = pytest.mark.timeout(30)  # hang guard only; each test takes well under a second
