@@ -1,0 +1,88 @@
+"""``gpuhealth sim kube``: run the emulated Kubernetes API server in the foreground.
+
+It prints the server's URL, writes a kubeconfig that the official Python client and ``kubectl`` can use
+(plain HTTP on 127.0.0.1, a dummy token), and stops cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from agent.cli.errors import CliError
+
+EXIT_STARTUP_FAILED = 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``sim`` with its ``kube`` sub-command to the ``gpuhealth`` command tree."""
+    sim_parser = subparsers.add_parser("sim", help="run an emulated orchestrator API on this machine")
+    sim_sub = sim_parser.add_subparsers(
+        dest="sim_command", metavar="SIMULATOR", parser_class=type(sim_parser)
+    )
+    kube = sim_sub.add_parser(
+        "kube",
+        help="emulated Kubernetes API server (official client and kubectl compatible)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    kube.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: a free port)")
+    kube.add_argument("--nodes", type=int, default=0, metavar="N", help="GPU nodes to create at start-up")
+    kube.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for the server to FILE")
+    kube.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="run without the simulated controllers (bare API server)",
+    )
+    kube.set_defaults(handler=run_kube)
+    sim_parser.set_defaults(handler=_missing_simulator(sim_parser))
+
+
+def _missing_simulator(parser: argparse.ArgumentParser) -> object:
+    def handler(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return handler
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port must be between 0 and 65535, not {args.port}")
+    if args.nodes < 0:
+        raise CliError(f"--nodes must not be negative, not {args.nodes}")
+
+
+def run_kube(args: argparse.Namespace) -> int:
+    """Serve until interrupted; 0 on a clean stop."""
+    _check_args(args)
+    from sim.kube.harness import KubeSim
+
+    sim = KubeSim(nodes=args.nodes, controllers=not args.no_controllers, port=args.port)
+    try:
+        sim.start()
+    except OSError as error:
+        raise CliError(
+            f"cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}", EXIT_STARTUP_FAILED
+        ) from None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        print(sim.url, flush=True)
+        if args.kubeconfig_out:
+            path = sim.write_kubeconfig(args.kubeconfig_out)
+            print(f"kubeconfig written to {path}", file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        sim.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
