@@ -1,0 +1,329 @@
+"""``KubernetesExecutor``: applies plan steps to one Node through the official client, and watches it.
+
+Every step is idempotent: it reads what it must, writes only when the node differs from the step, and treats
+"already so" as done. API errors never escape ``apply``: a step that cannot be applied within its deadline
+comes back ``ok=False`` and the agent loop applies it again on its next tick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import structlog
+import urllib3.exceptions
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from agent.snapshot import utc_now
+from remediation.kubernetes import bodies
+from remediation.kubernetes.api import NodeApi
+from remediation.kubernetes.errors import KubeExecutorError
+from remediation.kubernetes.names import CORDONED_ANNOTATION
+from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
+from remediation.kubernetes.node_watch import NodeWatch
+from remediation.kubernetes.retry import RetryPolicy, RetrySettings
+from remediation.steps import (
+    ApplyReport,
+    Cordon,
+    EmitEvent,
+    NodeFacts,
+    RemoveTaint,
+    SetCondition,
+    SetIncidentAnnotation,
+    SetStateLabel,
+    SetTaint,
+    Step,
+    StepResult,
+    Uncordon,
+)
+
+log = structlog.get_logger(__name__)
+
+HTTP_CONFLICT = 409
+HTTP_NOT_FOUND = 404
+
+
+class KubernetesExecutor:
+    """The ``NodeExecutor`` for one Kubernetes node (``remediation.executor.NodeExecutor``).
+
+    ``watch=False`` skips the watch thread: ``facts()`` then reads the node on every call (one-shot tools).
+    ``writes_total`` counts mutating requests sent, ``requests_total`` every request (watch included).
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        node_name: str,
+        *,
+        field_manager: str = "gpuhealth-agent",
+        component: str = "gpuhealth-agent",
+        retry: RetrySettings | None = None,
+        watch: bool = True,
+        resync_s: float = 300.0,
+        clock: Callable[[], datetime] = utc_now,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not node_name:
+            raise KubeExecutorError("the Kubernetes executor needs a node name (set NODE_NAME)")
+        self.node_name = node_name
+        self.resync_s = resync_s
+        self._api_client = api_client
+        self._component = component
+        settings = retry or RetrySettings()
+        self._api = NodeApi(
+            api_client, node_name, field_manager=field_manager, request_timeout_s=settings.request_timeout_s
+        )
+        self._retry = RetryPolicy(settings, sleep=sleep, wall=lambda: clock().timestamp())
+        self._clock = clock
+        self._closed = threading.Event()
+        self._owns_client = False
+        self._last_resync = clock()
+        self._log = log.bind(node=node_name)
+        self._watch = NodeWatch(self._api)
+        self._watching = watch
+        if watch:
+            self._watch.start()
+
+    # --- NodeExecutor ---------------------------------------------------------------------------------------
+
+    def facts(self) -> NodeFacts:
+        """The node's facts from the watch cache; read directly until the watch has listed it once.
+
+        Before the node could ever be read (API server down since start), this is ``exists=False``: the
+        planner then has nothing to act on, and the next tick tries again.
+        """
+        if self._watching and self._watch.synced:
+            return self._watch.facts()
+        try:
+            self._read_node()
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                self._watch.record(None)
+                return self._watch.facts()
+            self._log.warning("could not read the node", error=_one_line(error))
+            if not self._watch.synced:
+                return NodeFacts(exists=False)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+            self._log.warning("could not read the node", error=_one_line(error))
+            if not self._watch.synced:
+                return NodeFacts(exists=False)
+        return self._watch.facts()
+
+    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
+        """Apply ``steps`` in order; each gives a ``StepResult`` (never an exception for API errors)."""
+        report = ApplyReport()
+        if dry_run:
+            report.results.extend(self._dry_run(step) for step in steps)
+            return report
+        unavailable: str | None = None
+        with self._watch.own_writes():
+            for step in steps:
+                if unavailable is not None:
+                    # One step already spent its deadline on a server that is down or throttling us: the
+                    # rest would only do the same, so the loop gets its answer now and re-applies next tick.
+                    report.results.append(StepResult(step, ok=False, detail=unavailable, attempts=0))
+                    continue
+                result, server_unavailable = self._apply_step(step)
+                report.results.append(result)
+                if server_unavailable:
+                    unavailable = f"skipped: API server unavailable ({result.detail})"
+        return report
+
+    def wait_for_change(self, timeout_s: float) -> bool:
+        """True when the watch saw the node's facts change since the last call (a human, or drift)."""
+        if not self._watching:
+            self._closed.wait(max(timeout_s, 0.0))
+            return False
+        return self._watch.wait_for_change(timeout_s)
+
+    def close(self) -> None:
+        """Stop the watch (within a second) and close the client if this executor created it."""
+        self._closed.set()
+        if self._watching:
+            self._watch.close()
+        if self._owns_client:
+            owned: Any = self._api_client
+            owned.close()
+
+    # --- extras for the agent loop and the benchmarks ----------------------------------------------------
+
+    @property
+    def writes_total(self) -> int:
+        """Mutating requests sent (patches, Event creates), failed attempts included."""
+        return self._api.writes_total
+
+    @property
+    def requests_total(self) -> int:
+        """Every request sent: reads, writes, the watch's lists and watch connections."""
+        return self._api.requests_total
+
+    @property
+    def synced(self) -> bool:
+        """True once the node has been read at least once (by the watch or directly)."""
+        return self._watch.synced
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Wait for the watch's first list; False on timeout (e.g. the API server is down)."""
+        return self._watch.wait_synced(timeout_s)
+
+    def needs_resync(self) -> bool:
+        """True once every ``resync_s``: time for the loop to re-plan from scratch to repair drift."""
+        now = self._clock()
+        if (now - self._last_resync).total_seconds() >= self.resync_s:
+            self._last_resync = now
+            return True
+        return False
+
+    # --- steps --------------------------------------------------------------------------------------------
+
+    def _dry_run(self, step: Step) -> StepResult:
+        self._log.info("dry-run: would apply", step=type(step).__name__, **dataclasses.asdict(step))
+        return StepResult(step=step, ok=True, detail="dry-run", attempts=0)
+
+    def _apply_step(self, step: Step) -> tuple[StepResult, bool]:
+        """The step's result, and whether it failed because the server is down or throttling us."""
+        operation = self._operation(step)
+        if operation is None:
+            return StepResult(step=step, ok=True, detail="handled by the agent loop", attempts=0), False
+        name = type(step).__name__
+        writes_before = self.writes_total
+        outcome = self._retry.call(operation, step=name)
+        failure = outcome.failure
+        if failure is not None:
+            result = StepResult(step=step, ok=False, detail=failure.describe(), attempts=outcome.attempts)
+            return result, failure.server_unavailable
+        detail = outcome.value or "done"
+        # Mutations are worth an info line each (an audit trail); steps that found nothing to do are not.
+        level = self._log.info if self.writes_total > writes_before else self._log.debug
+        level("step applied", step=name, detail=detail, attempts=outcome.attempts)
+        return StepResult(step=step, ok=True, detail=detail, attempts=outcome.attempts), False
+
+    def _operation(self, step: Step) -> Callable[[], str] | None:
+        handlers: dict[type, Callable[[Any], str]] = {
+            SetCondition: self._set_condition,
+            SetStateLabel: self._set_label,
+            SetIncidentAnnotation: self._set_incident,
+            SetTaint: self._set_taint,
+            RemoveTaint: self._remove_taint,
+            Cordon: self._cordon,
+            Uncordon: self._uncordon,
+            EmitEvent: self._emit_event,
+        }
+        handler = handlers.get(type(step))  # RequestPermit: the agent loop asks the aggregator
+        return None if handler is None else functools.partial(handler, step)
+
+    def _set_condition(self, step: SetCondition) -> str:
+        node = self._read_node()
+        if bodies.condition_unchanged(step, node):
+            return "unchanged"
+        patch = bodies.condition_patch(step, node, self._clock())
+        self._patch(patch, status=True)
+        return "condition set"
+
+    def _set_label(self, step: SetStateLabel) -> str:
+        self._patch(bodies.label_patch(step.state))
+        return "label set"
+
+    def _set_incident(self, step: SetIncidentAnnotation) -> str:
+        self._patch(bodies.incident_patch(step.incident_id))
+        return "annotation set" if step.incident_id is not None else "annotation removed"
+
+    def _cordon(self, _step: Cordon) -> str:
+        self._patch(bodies.cordon_patch())
+        return "cordoned"
+
+    def _set_taint(self, step: SetTaint) -> str:
+        # Taints are an atomic list: read, edit, write back with the resourceVersion read (409 -> again).
+        node = self._read_node()
+        taints = bodies.taints_with_ours(node, step, self._clock())
+        if taints is None:
+            return "unchanged"
+        self._patch(bodies.taints_patch(node, taints))
+        return "taint set"
+
+    def _remove_taint(self, _step: RemoveTaint) -> str:
+        node = self._read_node()
+        taints = bodies.taints_without_ours(node)
+        if taints is None:
+            return "unchanged"
+        self._patch(bodies.taints_patch(node, taints))
+        return "taint removed"
+
+    def _uncordon(self, _step: Uncordon) -> str:
+        node = self._read_node()
+        if annotations_of(node).get(CORDONED_ANNOTATION) != "true":
+            # Whoever cordoned it now (a human, after our annotation went), it is theirs to undo.
+            return "not cordoned by gpuhealth: left as it is"
+        self._patch(bodies.uncordon_patch(node))
+        return "uncordoned"
+
+    def _emit_event(self, step: EmitEvent) -> str:
+        cached = self._watch.node() if self._watch.synced else None
+        node_uid = uid_of(cached) if cached is not None else uid_of(self._read_node())
+        body = bodies.event_body(
+            step, node_name=self.node_name, node_uid=node_uid, component=self._component, now=self._clock()
+        )
+        try:
+            self._api.create_event(body)
+        except ApiException as error:
+            if error.status == HTTP_CONFLICT and _status_reason(error) == "AlreadyExists":
+                return "already recorded"  # same key as an Event a previous run emitted: one Event
+            raise
+        return "event recorded"
+
+    # --- requests -----------------------------------------------------------------------------------------
+
+    def _read_node(self) -> JsonObject:
+        node = self._api.read()
+        self._watch.record(node)
+        return node
+
+    def _patch(self, body: JsonObject, *, status: bool = False) -> None:
+        node = self._api.patch_status(body) if status else self._api.patch(body)
+        self._watch.record(node, ours=True)
+
+
+def _status_reason(error: ApiException) -> str | None:
+    """The ``reason`` of the Status body the API server sent (AlreadyExists vs Conflict share 409)."""
+    try:
+        body = json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        return None
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return str(reason) if reason is not None else None
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status} {error.reason}"
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def executor_from_kubeconfig(path: str | None, node_name: str, **kwargs: Any) -> KubernetesExecutor:
+    """An executor for ``node_name`` configured from a kubeconfig file, or in-cluster when ``path`` is None.
+
+    ``kwargs`` go to :class:`KubernetesExecutor`. Raises :class:`KubeExecutorError` with one line when the
+    configuration cannot be loaded.
+    """
+    configuration = client.Configuration()
+    loader: Any = config  # the config helpers are untyped
+    try:
+        if path is None:
+            loader.load_incluster_config(client_configuration=configuration)
+        else:
+            loader.load_kube_config(config_file=path, client_configuration=configuration)
+    except (ConfigException, OSError, ValueError) as error:
+        where = "in-cluster configuration" if path is None else f"kubeconfig {path}"
+        raise KubeExecutorError(f"cannot load {where}: {_one_line(error)}") from error
+    api_client = client.ApiClient(configuration)
+    executor = KubernetesExecutor(api_client, node_name, **kwargs)
+    executor._owns_client = True
+    return executor

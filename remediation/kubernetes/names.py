@@ -1,0 +1,13 @@
+"""The names gpuhealth uses on Kubernetes objects (CONTRACTS.md section 4); change them nowhere else."""
+
+from __future__ import annotations
+
+CONDITION_TYPE = "GPUHealthy"
+STATE_LABEL = "gpuhealth.io/state"
+TAINT_KEY = "gpuhealth.io/unhealthy"
+INCIDENT_ANNOTATION = "gpuhealth.io/incident"
+CORDONED_ANNOTATION = "gpuhealth.io/cordoned"
+MANUAL_RELEASE_ANNOTATION = "gpuhealth.io/manual-release"
+EVENT_REASON_PREFIX = "GPUHealth"
+# Kubelet records node Events in "default" (nodes are cluster-scoped; Events must live in a namespace).
+EVENT_NAMESPACE = "default"

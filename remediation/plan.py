@@ -1,0 +1,312 @@
+"""The pure remediation plan: desired node state from ``NodeHealth`` + policy, diffed against ``NodeFacts``.
+
+``plan()`` returns only the steps that change something, so a healthy node whose facts already match gets
+no steps at all (zero API writes). Rules (issue 4 point 3, CONTRACTS.md section 4):
+
+* Mark (``policy.mark``): condition ``GPUHealthy`` True for healthy/degraded, False for unhealthy/quarantined,
+  Unknown for unknown/testing, reason and message from the health; label ``gpuhealth.io/state``.
+* Taint (``policy.taint``): ``gpuhealth.io/unhealthy=<incident action>:<effect>`` while an incident is open,
+  value raised when the action escalates, re-added if someone removed it while the fault is still there
+  (drift), and removed — only ours — once the incident closes.
+* Cordon (``policy.cordon``): only when no one else already cordoned the node; Uncordon only when our
+  ``gpuhealth.io/cordoned`` annotation says we did.
+* A human's decision is never undone for the incident it was made in: a human uncordon of our cordon
+  (annotation still ours, ``spec.unschedulable`` cleared) means no re-cordon; a human release (the
+  ``gpuhealth.io/manual-release`` annotation naming the incident id, or a timestamp at or after the incident
+  started — an older value is a leftover of an earlier incident) means our taint and cordon go and are not
+  re-applied. The node's condition and label keep telling the truth.
+* Events (``policy.events``), each planned once per key, keys remembered across restarts:
+  ``GPUHealthUnhealthy`` / ``GPUHealthQuarantined`` when an incident opens, ``GPUHealthEscalated`` when
+  its action rises, ``GPUHealthRecovered`` when it closes, ``GPUHealthHumanOverride`` when a human overrides.
+* ``RequestPermit`` is not planned: mark + taint need no permit (permits come with the aggregator wiring).
+
+The returned memory assumes the steps will be applied. Re-planning after a failed apply plans the same node
+changes again because they are diffed against facts; an Event is planned while its key is missing from
+``memory.emitted_events``, so the loop drops the keys of Events that failed and they are planned again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.health import Incident, NodeHealth, NodeState
+from remediation.plan_memory import RemediationMemory, remember
+from remediation.steps import (
+    ConditionStatus,
+    Cordon,
+    EmitEvent,
+    NodeFacts,
+    RemoveTaint,
+    SetCondition,
+    SetIncidentAnnotation,
+    SetStateLabel,
+    SetTaint,
+    Step,
+    Uncordon,
+)
+
+__all__ = [
+    "PlanResult",
+    "RemediationMemory",
+    "RemediationPolicy",
+    "condition_status_for",
+    "facts_after",
+    "human_release_applies",
+    "plan",
+]
+
+_CONDITION_STATUS: dict[NodeState, ConditionStatus] = {
+    NodeState.HEALTHY: "True",
+    NodeState.DEGRADED: "True",
+    NodeState.UNHEALTHY: "False",
+    NodeState.QUARANTINED: "False",
+    NodeState.UNKNOWN: "Unknown",
+    NodeState.TESTING: "Unknown",
+}
+
+
+class RemediationPolicy(BaseModel):
+    """What the agent may do to its node on its own (safe defaults: mark and taint on, cordon off)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mark: bool = Field(
+        default=True, description="Set the GPUHealthy condition and the gpuhealth.io/state label."
+    )
+    taint: bool = Field(
+        default=True, description="Taint gpuhealth.io/unhealthy=<action> while an incident is open."
+    )
+    taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        default="NoSchedule", description="Effect of our taint; NoExecute also evicts running pods."
+    )
+    cordon: bool = Field(
+        default=False, description="Also cordon (spec.unschedulable) while an incident is open."
+    )
+    events: bool = Field(
+        default=True, description="Record Kubernetes Events (reason GPUHealth*) on the node."
+    )
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The steps to apply (only changes), the planner's memory to keep, and notes for the log."""
+
+    steps: list[Step]
+    memory: RemediationMemory
+    notes: list[str] = field(default_factory=list)
+
+
+def condition_status_for(state: NodeState) -> ConditionStatus:
+    """The GPUHealthy condition status that shows a node state."""
+    return _CONDITION_STATUS[state]
+
+
+def human_release_applies(incident: Incident, manual_release: str | None) -> bool:
+    """True when the manual-release annotation names this incident, or is a time at or after its start."""
+    if not manual_release:
+        return False
+    value = manual_release.strip()
+    if value == incident.id:
+        return True
+    try:
+        released_at = datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    if released_at.tzinfo is None:
+        released_at = released_at.replace(tzinfo=UTC)
+    return released_at >= incident.started_at
+
+
+def plan(
+    health: NodeHealth, facts: NodeFacts, policy: RemediationPolicy, memory: RemediationMemory
+) -> PlanResult:
+    """The steps that bring the node from ``facts`` to what ``health`` and ``policy`` want; no others."""
+    if not facts.exists:
+        return PlanResult(steps=[], memory=memory, notes=["node not found: nothing to change"])
+    planner = _Planner(health, facts, policy, memory)
+    planner.notice_humans()
+    planner.taint()
+    planner.cordon()
+    planner.mark()
+    planner.annotate()
+    planner.announce()
+    return PlanResult(steps=planner.steps, memory=planner.memory, notes=planner.notes)
+
+
+def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
+    """The facts an executor would observe once ``steps`` succeeded (dry-run bookkeeping, tests)."""
+    for step in steps:
+        match step:
+            case SetCondition(status=status, reason=reason, message=message):
+                facts = replace(
+                    facts, condition_status=status, condition_reason=reason, condition_message=message
+                )
+            case SetStateLabel(state=state):
+                facts = replace(facts, state_label=state)
+            case SetTaint(value=value, effect=effect):
+                facts = replace(facts, taint_value=value, taint_effect=effect)
+            case RemoveTaint():
+                facts = replace(facts, taint_value=None, taint_effect=None)
+            case Cordon():
+                facts = replace(facts, unschedulable=True, cordoned_by_us=True)
+            case Uncordon():
+                facts = replace(facts, unschedulable=False, cordoned_by_us=False)
+            case SetIncidentAnnotation(incident_id=incident_id):
+                facts = replace(facts, incident_annotation=incident_id)
+            case _:  # Events and permits leave the node object as it is
+                pass
+    return facts
+
+
+class _Planner:
+    """One planning pass; collects steps, notes and the updated memory."""
+
+    def __init__(
+        self, health: NodeHealth, facts: NodeFacts, policy: RemediationPolicy, memory: RemediationMemory
+    ) -> None:
+        self.health = health
+        self.incident = health.incident
+        self.facts = facts
+        self.policy = policy
+        self.memory = memory
+        self.steps: list[Step] = []
+        self.notes: list[str] = []
+        self._events: list[EmitEvent] = []
+
+    # -- observations of what humans did ------------------------------------------------------------------
+
+    def notice_humans(self) -> None:
+        incident = self.incident
+        if incident is None:
+            return
+        if not self.memory.overridden(incident.id) and human_release_applies(
+            incident, self.facts.manual_release
+        ):
+            self._remember(human_released=remember(self.memory.human_released, incident.id))
+            self.notes.append(f"a human released the node during {incident.id}: not re-tainting it")
+        if (
+            self.facts.cordoned_by_us
+            and not self.facts.unschedulable
+            and not self.memory.uncordoned_by_human(incident.id)
+        ):
+            self._remember(human_uncordoned=remember(self.memory.human_uncordoned, incident.id))
+            self.notes.append(f"a human uncordoned the node during {incident.id}: not re-cordoning it")
+
+    # -- desired state ---------------------------------------------------------------------------------
+
+    def taint(self) -> None:
+        if not self.policy.taint:
+            return
+        incident = self.incident
+        if incident is None or self.memory.overridden(incident.id):
+            if self.facts.taint_value is not None:
+                self.steps.append(RemoveTaint())
+            return
+        wanted = (incident.action.value, self.policy.taint_effect)
+        if (self.facts.taint_value, self.facts.taint_effect) == wanted:
+            return
+        if self.facts.taint_value is None and self.memory.active_incident == incident.id:
+            self.notes.append(f"our taint is gone while {incident.id} is open: adding it back")
+        self.steps.append(SetTaint(value=wanted[0], effect=wanted[1]))
+
+    def cordon(self) -> None:
+        incident = self.incident
+        if incident is None or self.memory.overridden(incident.id):
+            if self.facts.cordoned_by_us:
+                self._uncordon()
+            return
+        if self.memory.uncordoned_by_human(incident.id):
+            # Our annotation stays until the incident ends: it is how the next pass (or a restarted agent
+            # that lost its memory) still recognises the human's uncordon instead of cordoning again.
+            return
+        if self.policy.cordon:
+            self._cordon_for(incident)
+
+    def _cordon_for(self, incident: Incident) -> None:
+        if self.facts.unschedulable:
+            if not self.facts.cordoned_by_us and self.memory.cordoned_for != incident.id:
+                self.notes.append("the node is already cordoned by someone else: leaving that cordon theirs")
+            return
+        self.steps.append(Cordon())
+        self._remember(cordoned_for=incident.id)
+
+    def _uncordon(self) -> None:
+        previous = self.memory.active_incident
+        if self.facts.unschedulable and previous is not None and self.memory.uncordoned_by_human(previous):
+            # A human lifted our cordon and cordoned again since: that cordon is theirs now.
+            self.notes.append("the node was cordoned again by a human: leaving it cordoned")
+            return
+        self.steps.append(Uncordon())
+        self._remember(cordoned_for=None)
+
+    def mark(self) -> None:
+        if not self.policy.mark:
+            return
+        status = condition_status_for(self.health.state)
+        wanted = (status, self.health.reason, self.health.message)
+        facts = self.facts
+        if (facts.condition_status, facts.condition_reason, facts.condition_message) != wanted:
+            self.steps.append(
+                SetCondition(status=status, reason=self.health.reason, message=self.health.message)
+            )
+        if facts.state_label != self.health.state.value:
+            self.steps.append(SetStateLabel(state=self.health.state.value))
+
+    def annotate(self) -> None:
+        wanted = self.incident.id if self.incident is not None else None
+        if self.facts.incident_annotation != wanted:
+            self.steps.append(SetIncidentAnnotation(incident_id=wanted))
+
+    # -- events ------------------------------------------------------------------------------------------
+
+    def announce(self) -> None:
+        """Events follow from their keys alone: one whose key the loop forgot after a failure comes back."""
+        incident = self.incident
+        previous = self.memory.active_incident
+        if previous is not None and (incident is None or incident.id != previous):
+            self._event(
+                "GPUHealthRecovered", f"{previous}/recovered", f"incident {previous} closed", "Normal"
+            )
+        if incident is not None:
+            self._announce_open(incident)
+            self._announce_overrides(incident)
+            if previous != incident.id:
+                self._remember(active_incident=incident.id)
+        self.steps.extend(self._events)
+
+    def _announce_open(self, incident: Incident) -> None:
+        action = incident.action.value
+        reasons = ", ".join(incident.reasons)
+        prefix = f"{incident.id}/opened/"
+        opened = next((key for key in self.memory.emitted_events if key.startswith(prefix)), None)
+        if opened is None:
+            quarantined = self.health.state is NodeState.QUARANTINED
+            reason = "GPUHealthQuarantined" if quarantined else "GPUHealthUnhealthy"
+            self._event(
+                reason, prefix + action, f"incident {incident.id}: {reasons}; action {action}", "Warning"
+            )
+        elif opened.removeprefix(prefix) != action:
+            text = f"incident {incident.id} escalated to {action}: {reasons}"
+            self._event("GPUHealthEscalated", f"{incident.id}/escalated/{action}", text, "Warning")
+
+    def _announce_overrides(self, incident: Incident) -> None:
+        if self.memory.overridden(incident.id):
+            key, text = f"{incident.id}/human-release", "released by a human: taint and cordon lifted"
+            self._event("GPUHealthHumanOverride", key, text, "Normal")
+        if self.memory.uncordoned_by_human(incident.id):
+            key, text = f"{incident.id}/human-uncordon", "uncordoned by a human: not cordoning again"
+            self._event("GPUHealthHumanOverride", key, text, "Normal")
+
+    def _event(self, reason: str, key: str, message: str, kind: Literal["Normal", "Warning"]) -> None:
+        if not self.policy.events or key in self.memory.emitted_events:
+            return
+        self._events.append(EmitEvent(reason=reason, message=message, key=key, type=kind))
+        self._remember(emitted_events=remember(self.memory.emitted_events, key))
+
+    def _remember(self, **changes: object) -> None:
+        self.memory = self.memory.model_copy(update=changes)

@@ -1,0 +1,126 @@
+"""Plan steps and observed node facts: the seam between the pure planner and the executors.
+
+``remediation/plan.py`` compares the desired state (from ``NodeHealth`` and the policy) with the observed
+``NodeFacts`` and returns only the steps that change something, so a healthy, unchanging node produces no
+steps at all and the executor makes no API writes. Executors (the ``remediation/kubernetes/`` package, later
+``remediation/nomad.py``) turn each step into orchestrator calls and are the only code that talks to one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the executor last observed on the node (from its watch), in orchestrator-neutral terms."""
+
+    exists: bool = True
+    condition_status: ConditionStatus | None = None  # our GPUHealthy condition; None when absent
+    condition_reason: str | None = None
+    condition_message: str | None = None
+    state_label: str | None = None  # gpuhealth.io/state
+    taint_value: str | None = None  # value of our gpuhealth.io/unhealthy taint; None when absent
+    taint_effect: TaintEffect | None = None
+    unschedulable: bool = False  # spec.unschedulable (cordoned), whoever set it
+    cordoned_by_us: bool = False  # annotation gpuhealth.io/cordoned == "true"
+    incident_annotation: str | None = None  # gpuhealth.io/incident
+    manual_release: str | None = (
+        None  # gpuhealth.io/manual-release (incident id or timestamp a human released)
+    )
+
+
+@dataclass(frozen=True)
+class SetCondition:
+    """Set the GPUHealthy condition (status subresource, merge by type; lastTransitionTime only on change)."""
+
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SetStateLabel:
+    state: str
+
+
+@dataclass(frozen=True)
+class SetTaint:
+    """Add or update our taint (value = the incident's action)."""
+
+    value: str
+    effect: TaintEffect = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class RemoveTaint:
+    """Remove our taint only; every other taint stays."""
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """Set spec.unschedulable and annotate gpuhealth.io/cordoned=true (we did it)."""
+
+
+@dataclass(frozen=True)
+class Uncordon:
+    """Clear spec.unschedulable and our annotation — only ever planned when we cordoned."""
+
+
+@dataclass(frozen=True)
+class SetIncidentAnnotation:
+    incident_id: str | None  # None removes the annotation
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    """A Kubernetes Event on the node. ``key`` makes it idempotent across restarts (same key, one Event)."""
+
+    reason: str  # GPUHealth* (e.g. GPUHealthUnhealthy, GPUHealthRecovered, GPUHealthTainted)
+    message: str
+    key: str
+    type: Literal["Normal", "Warning"] = "Warning"
+
+
+@dataclass(frozen=True)
+class RequestPermit:
+    """Anything beyond mark + taint (drain, requeue, reset, reboot) needs a permit from the aggregator."""
+
+    purpose: str
+    incident_id: str
+
+
+Step = (
+    SetCondition
+    | SetStateLabel
+    | SetTaint
+    | RemoveTaint
+    | Cordon
+    | Uncordon
+    | SetIncidentAnnotation
+    | EmitEvent
+    | RequestPermit
+)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: Step
+    ok: bool
+    detail: str = ""
+    attempts: int = 1
+
+
+@dataclass
+class ApplyReport:
+    """What one executor pass did, for logs, metrics and the aggregator's timeline."""
+
+    results: list[StepResult] = field(default_factory=list)
+
+    @property
+    def writes(self) -> int:
+        return sum(1 for result in self.results if result.ok)
