@@ -1,0 +1,114 @@
+"""Group commit for agent reports: one writer thread stores queued reports in shared transactions.
+
+Reports are most of the traffic and each is a short transaction; its cost is dominated by the commit (a
+sync of the WAL on SQLite, a round trip and WAL flush on PostgreSQL). While one batch commits, new reports
+queue up and go into the next transaction together, so the commit cost is shared under load while a
+lone report still goes out at once. Every report is acknowledged only after the transaction holding it has
+committed, so an acknowledged report is never lost. If a batch fails, its reports are retried one by one
+so that one bad report cannot fail the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from aggregator.models import Report, ReportAck
+from aggregator.settings import AggregatorSettings
+from aggregator.store.engine import Database
+from aggregator.store.reports import ingest_report
+
+log = structlog.get_logger(__name__)
+
+MAX_BATCH = 128
+
+
+@dataclass
+class _Pending:
+    report: Report
+    future: asyncio.Future[ReportAck]
+    loop: asyncio.AbstractEventLoop
+
+
+class ReportWriter:
+    """Queue reports from the event loop; a single thread stores them in batches."""
+
+    def __init__(self, database: Database, settings: AggregatorSettings, now: Callable[[], datetime]) -> None:
+        self._database = database
+        self._settings = settings
+        self._now = now
+        self._queue: list[_Pending] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    async def submit(self, report: Report) -> ReportAck:
+        """Store ``report``; returns once its transaction has committed."""
+        loop = asyncio.get_running_loop()
+        pending = _Pending(report, loop.create_future(), loop)
+        with self._wake:
+            self._queue.append(pending)
+            if self._thread is None:
+                self._start_thread()
+            self._wake.notify()
+        return await pending.future
+
+    def stop(self) -> None:
+        """Finish what is queued, then end the thread (a later submit starts a new one)."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
+        with self._wake:
+            self._stopping = False
+            self._thread = None
+            if self._queue:  # submitted while the old thread was finishing
+                self._start_thread()
+
+    def _start_thread(self) -> None:
+        """Start the writer thread; called with the lock held."""
+        self._thread = threading.Thread(target=self._run, name="report-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue and not self._stopping:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            self._store(batch)
+
+    def _store(self, batch: list[_Pending]) -> None:
+        try:
+            with self._database.write() as conn:
+                acks = [ingest_report(conn, item.report, self._settings, self._now()) for item in batch]
+        except Exception as exc:  # noqa: BLE001 - whatever failed must reach the waiting request, not kill the thread
+            if len(batch) == 1:
+                batch[0].loop.call_soon_threadsafe(_reject, batch[0].future, exc)
+                return
+            log.warning("report batch failed; storing its reports one by one", reports=len(batch))
+            for item in batch:
+                self._store([item])
+            return
+        for item, ack in zip(batch, acks, strict=True):
+            item.loop.call_soon_threadsafe(_resolve, item.future, ack)
+
+
+def _resolve(future: asyncio.Future[ReportAck], ack: ReportAck) -> None:
+    if not future.done():
+        future.set_result(ack)
+
+
+def _reject(future: asyncio.Future[ReportAck], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

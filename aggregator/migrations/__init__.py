@@ -1,0 +1,1 @@
+"""Alembic migrations, shipped in the package and run programmatically when the aggregator starts."""

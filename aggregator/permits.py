@@ -1,0 +1,233 @@
+"""Remediation permits: the fleet budget, per-node cooldown, TTLs.
+
+A permit lets one node's agent take capacity away (drain, reset, reboot). Every decision runs in one write
+transaction that first locks the single ``fleet_control`` row (see :func:`aggregator.breaker.lock_fleet`), so
+the count of permits in use cannot change between reading it and granting: two aggregators on one PostgreSQL
+never grant past the budget. Decisions are rare (a few a minute), so serialising them costs nothing.
+Every grant and every refusal is written to the history with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection, and_, func, select, update
+
+from aggregator import breaker
+from aggregator.models import BudgetStatus, Permit, PermitRefusal, PermitRequest
+from aggregator.settings import AggregatorSettings
+from aggregator.store.common import record_event
+from aggregator.store.tables import nodes, permits
+
+log = structlog.get_logger(__name__)
+
+
+class PermitNotFound(LookupError):
+    """No permit has this id."""
+
+
+class PermitNotActive(RuntimeError):
+    """The permit was released or has expired; the agent must ask for a new one."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A grant (``permit``) or a refusal (``refusal``), never both."""
+
+    permit: Permit | None = None
+    refusal: PermitRefusal | None = None
+
+
+def budget_limit(settings: AggregatorSettings, gpu_nodes: int) -> int:
+    """Nodes that may hold a permit at once: the smaller of count and percent, never below the floor."""
+    by_percent = math.floor(gpu_nodes * settings.budget_max_percent / 100.0)
+    return max(settings.budget_min_nodes, min(settings.budget_max_nodes, by_percent))
+
+
+def active_clause(now: datetime) -> Any:
+    """SQL condition: the permit is neither released nor expired at ``now``."""
+    return and_(permits.c.released_at.is_(None), permits.c.expires_at > now)
+
+
+def permits_in_use(conn: Connection, now: datetime) -> int:
+    """How many permits are active at ``now``."""
+    return int(conn.execute(select(func.count()).select_from(permits).where(active_clause(now))).scalar_one())
+
+
+def budget_status(conn: Connection, settings: AggregatorSettings, now: datetime) -> BudgetStatus:
+    """The budget's limit for the current fleet size and its use."""
+    return BudgetStatus(
+        limit=budget_limit(settings, breaker.gpu_node_count(conn)),
+        in_use=permits_in_use(conn, now),
+        max_nodes=settings.budget_max_nodes,
+        max_percent=settings.budget_max_percent,
+    )
+
+
+def permit_from_row(row: Any, now: datetime) -> Permit:
+    """The API model of a ``permits`` row."""
+    return Permit(
+        id=row.id,
+        node=row.node,
+        action=row.action,
+        incident_id=row.incident_id,
+        granted_at=row.granted_at,
+        expires_at=row.expires_at,
+        released_at=row.released_at,
+        active=row.released_at is None and row.expires_at > now,
+    )
+
+
+def request_permit(
+    conn: Connection, request: PermitRequest, settings: AggregatorSettings, now: datetime
+) -> Decision:
+    """Grant or refuse, in the caller's write transaction. Asking again while holding a permit returns it."""
+    breaker.lock_fleet(conn)
+    refusal = _refusal(conn, request, settings, now)
+    if refusal is not None:
+        record_event(
+            conn,
+            at=now,
+            kind="permit_refused",
+            node=_known_node(conn, request.node),
+            incident_id=request.incident_id,
+            message=f"permit for {request.action.value} refused: {refusal.reason}",
+            details={"code": refusal.code, "action": request.action.value},
+        )
+        log.info("permit refused", node=request.node, code=refusal.code)
+        return Decision(refusal=refusal)
+    held = conn.execute(select(permits).where(permits.c.node == request.node, active_clause(now))).first()
+    if held is not None:
+        return Decision(permit=permit_from_row(held, now))
+    return Decision(permit=_grant(conn, request, settings, now))
+
+
+def _known_node(conn: Connection, name: str) -> str | None:
+    """The node name for an event row, or None when the node is unknown (no orphan history)."""
+    return conn.execute(select(nodes.c.name).where(nodes.c.name == name)).scalar_one_or_none()
+
+
+def _refusal(
+    conn: Connection, request: PermitRequest, settings: AggregatorSettings, now: datetime
+) -> PermitRefusal | None:
+    """The first rule that forbids this grant, or None (also when the node already holds a permit)."""
+    node = conn.execute(select(nodes.c.stale_at).where(nodes.c.name == request.node)).first()
+    if node is None:
+        return PermitRefusal(code="unknown_node", reason=f"node {request.node} has never reported")
+    if node.stale_at <= now:
+        return PermitRefusal(code="stale_node", reason=f"node {request.node} stopped reporting")
+    if conn.execute(select(permits.c.id).where(permits.c.node == request.node, active_clause(now))).first():
+        return None  # already holds one: the caller returns it
+    return _fleet_refusal(conn, request, settings, now)
+
+
+def _fleet_refusal(
+    conn: Connection, request: PermitRequest, settings: AggregatorSettings, now: datetime
+) -> PermitRefusal | None:
+    if breaker.evaluate(conn, settings, now):
+        return PermitRefusal(code="breaker_tripped", reason="the fleet circuit breaker is tripped")
+    cooldown = _cooldown_until(conn, request, settings, now)
+    if cooldown is not None:
+        return PermitRefusal(code="cooldown", reason=f"node in cooldown until {cooldown.isoformat()}")
+    limit = budget_limit(settings, breaker.gpu_node_count(conn))
+    in_use = permits_in_use(conn, now)
+    if in_use >= limit:
+        return PermitRefusal(
+            code="budget_exhausted", reason=f"budget exhausted: {in_use} of {limit} permits in use"
+        )
+    return None
+
+
+def _cooldown_until(
+    conn: Connection, request: PermitRequest, settings: AggregatorSettings, now: datetime
+) -> datetime | None:
+    """End of the node's cooldown after its last permit; an escalation within one incident is exempt."""
+    last = conn.execute(
+        select(permits).where(permits.c.node == request.node).order_by(permits.c.granted_at.desc()).limit(1)
+    ).first()
+    if last is None or (request.incident_id is not None and last.incident_id == request.incident_id):
+        return None
+    ended = last.released_at if last.released_at is not None else last.expires_at
+    until: datetime = ended + timedelta(seconds=settings.cooldown_s)
+    return until if until > now else None
+
+
+def _grant(conn: Connection, request: PermitRequest, settings: AggregatorSettings, now: datetime) -> Permit:
+    ttl = min(request.ttl_s or settings.permit_ttl_s, settings.max_permit_ttl_s)
+    permit_id = conn.execute(
+        permits.insert()
+        .values(
+            node=request.node,
+            action=request.action.value,
+            incident_id=request.incident_id,
+            granted_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        .returning(permits.c.id)
+    ).scalar_one()
+    in_use = permits_in_use(conn, now)
+    record_event(
+        conn,
+        at=now,
+        kind="permit_granted",
+        node=request.node,
+        incident_id=request.incident_id,
+        message=f"permit {permit_id} for {request.action.value} granted ({in_use} in use), ttl {ttl:.0f} s",
+        details={"permit": permit_id, "action": request.action.value, "in_use": in_use},
+    )
+    log.info("permit granted", node=request.node, permit=permit_id)
+    row = conn.execute(select(permits).where(permits.c.id == permit_id)).one()
+    return permit_from_row(row, now)
+
+
+def renew_permit(
+    conn: Connection, permit_id: int, ttl_s: float | None, settings: AggregatorSettings, now: datetime
+) -> Permit:
+    """Push an active permit's expiry out; a lapsed or released one cannot be revived."""
+    row = conn.execute(select(permits).where(permits.c.id == permit_id).with_for_update()).first()
+    if row is None:
+        raise PermitNotFound(f"no permit {permit_id}")
+    if row.released_at is not None or row.expires_at <= now:
+        raise PermitNotActive(f"permit {permit_id} is no longer active; request a new one")
+    ttl = min(ttl_s or settings.permit_ttl_s, settings.max_permit_ttl_s)
+    conn.execute(
+        update(permits).where(permits.c.id == permit_id).values(expires_at=now + timedelta(seconds=ttl))
+    )
+    return permit_from_row(conn.execute(select(permits).where(permits.c.id == permit_id)).one(), now)
+
+
+def release_permit(conn: Connection, permit_id: int, now: datetime) -> Permit:
+    """End a permit (idempotent: releasing a released or lapsed permit changes nothing)."""
+    row = conn.execute(select(permits).where(permits.c.id == permit_id).with_for_update()).first()
+    if row is None:
+        raise PermitNotFound(f"no permit {permit_id}")
+    if row.released_at is None and row.expires_at > now:
+        conn.execute(update(permits).where(permits.c.id == permit_id).values(released_at=now))
+        record_event(
+            conn,
+            at=now,
+            kind="permit_released",
+            node=row.node,
+            incident_id=row.incident_id,
+            message=f"permit {permit_id} released",
+            details={"permit": permit_id},
+        )
+    return permit_from_row(conn.execute(select(permits).where(permits.c.id == permit_id)).one(), now)
+
+
+def active_permit(conn: Connection, node: str, now: datetime) -> Permit | None:
+    """The node's active permit, if it holds one."""
+    row = conn.execute(select(permits).where(permits.c.node == node, active_clause(now))).first()
+    return permit_from_row(row, now) if row is not None else None
+
+
+def list_permits(conn: Connection, now: datetime, *, active_only: bool = True) -> list[Permit]:
+    """Permits, newest first (at most 1,000); only the active ones unless ``active_only`` is False."""
+    query = select(permits).order_by(permits.c.id.desc()).limit(1000)
+    if active_only:
+        query = query.where(active_clause(now))
+    return [permit_from_row(row, now) for row in conn.execute(query)]

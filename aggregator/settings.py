@@ -1,0 +1,144 @@
+"""The aggregator's one typed settings object: defaults, then the YAML ``aggregator:`` section, then the
+environment (``GPUHEALTH_AGGREGATOR_<FIELD>``), each overriding the one before.
+
+Every field has a default and a one-line description; docs/configuration.md lists them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
+
+
+class SettingsError(ValueError):
+    """The configuration file or the environment holds an invalid aggregator setting."""
+
+
+class AggregatorSettings(BaseModel):
+    """Everything the aggregator service can be configured with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field(default="127.0.0.1", description="Address the HTTP service listens on.")
+    port: int = Field(default=8470, ge=0, le=65535, description="TCP port of the HTTP service.")
+    database_url: str = Field(
+        default="sqlite:///gpuhealth-aggregator.db",
+        description="SQLAlchemy URL: a SQLite file (made on first start) or postgresql+psycopg://... (HA).",
+    )
+    sqlite_synchronous: str = Field(
+        default="FULL",
+        pattern="^(FULL|NORMAL)$",
+        description="SQLite PRAGMA synchronous: FULL survives power loss, NORMAL only a process crash.",
+    )
+    token: str | None = Field(
+        default=None,
+        description="Bearer token agents and the CLI must send; required unless allow_anonymous.",
+    )
+    allow_anonymous: bool = Field(
+        default=False, description="Serve the API without a token (local demos only; never in a fleet)."
+    )
+    max_report_bytes: int = Field(
+        default=1_048_576, ge=1024, description="Largest request body accepted; larger ones get 413."
+    )
+    report_interval_s: float = Field(
+        default=30.0, gt=0, description="Report interval assumed for an agent that does not state its own."
+    )
+    stale_after_intervals: float = Field(
+        default=3.0, gt=0, description="A node silent for this many report intervals is shown as stale."
+    )
+    budget_max_nodes: int = Field(
+        default=5, ge=0, description="Most nodes that may hold a permit (draining / remediating) at once."
+    )
+    budget_max_percent: float = Field(
+        default=10.0,
+        ge=0,
+        le=100,
+        description="Most nodes holding a permit at once, as % of known GPU nodes.",
+    )
+    budget_min_nodes: int = Field(
+        default=1, ge=0, description="Floor of the budget so a small fleet can still remediate one node."
+    )
+    permit_ttl_s: float = Field(
+        default=900.0, gt=0, description="A permit not renewed within this many seconds expires."
+    )
+    max_permit_ttl_s: float = Field(default=3600.0, gt=0, description="Longest TTL an agent may ask for.")
+    cooldown_s: float = Field(
+        default=3600.0, ge=0, description="After a node's permit ends, no new permit for it for this long."
+    )
+    breaker_threshold_percent: float = Field(
+        default=20.0,
+        ge=0,
+        le=100,
+        description="Breaker trips when more than this % of GPU nodes turned unhealthy within the window.",
+    )
+    breaker_window_s: float = Field(default=600.0, gt=0, description="The breaker's sliding window.")
+    breaker_min_nodes: int = Field(
+        default=3, ge=1, description="The breaker never trips on fewer unhealthy nodes than this."
+    )
+    repeat_offender_incidents: int = Field(
+        default=3, ge=1, description="This many incidents on one node within the period -> action replace."
+    )
+    repeat_offender_days: float = Field(default=7.0, gt=0, description="The repeat-offender period, in days.")
+    db_pool_size: int = Field(default=10, ge=1, description="Database connections per aggregator process.")
+
+    @model_validator(mode="after")
+    def _token_or_anonymous(self) -> AggregatorSettings:
+        if not self.token and not self.allow_anonymous:
+            raise ValueError(
+                f"no API token: set aggregator.token in the config file or {ENV_PREFIX}TOKEN "
+                "(or allow_anonymous: true for a local demo)"
+            )
+        return self
+
+
+def load_settings(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> AggregatorSettings:
+    """Settings from an optional YAML file's ``aggregator:`` section, then the environment, then overrides."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(_yaml_section(Path(path)))
+    values.update(_env_values(os.environ if environ is None else environ))
+    values.update(overrides)
+    try:
+        return AggregatorSettings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(part) for part in first["loc"])
+        raise SettingsError(f"invalid aggregator setting {where}: {message}" if where else message) from exc
+
+
+def _yaml_section(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: not valid YAML") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: the top level must be a mapping")
+    section = data.get("aggregator") or {}
+    if not isinstance(section, dict):
+        raise SettingsError(f"{path}: the 'aggregator' section must be a mapping")
+    return dict(section)
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, str]:
+    fields = AggregatorSettings.model_fields
+    values: dict[str, str] = {}
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX):
+            name = key.removeprefix(ENV_PREFIX).lower()
+            if name in fields:
+                values[name] = value
+    return values

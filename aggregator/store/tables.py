@@ -1,0 +1,152 @@
+"""Tables (SQLAlchemy Core). Alembic migrations in ``aggregator/migrations`` create exactly these.
+
+Times are stored as naive UTC (``UtcDateTime``) so SQLite and PostgreSQL behave the same.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.types import TypeDecorator
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime, stored naive (SQLite has no time zones)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC)
+
+
+# BigInteger ids that are still SQLite's rowid alias (an INTEGER PRIMARY KEY autoincrements only there).
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData()
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(253), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("orchestrator", String(16), nullable=False),
+    Column("gpu_count", Integer, nullable=False),
+    Column("interval_s", Float, nullable=False),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("last_report_at", UtcDateTime, nullable=False),
+    Column(
+        "stale_at", UtcDateTime, nullable=False, comment="last_report_at + stale_after_intervals * interval"
+    ),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("reports_accepted", BigInteger, nullable=False),
+    Column("incident_id", String(128), nullable=True),
+    Column("hold", Text, nullable=True, comment="why a human must release the node; null when not held"),
+    Column("pending_requests", Integer, nullable=False, server_default="0"),
+    Column("labels", JSON, nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Column("findings", JSON, nullable=False),
+)
+Index("ix_nodes_stale_at", nodes.c.stale_at)
+# Covering indexes for the fleet summary: counting 10,000 nodes by state must not read their GPU lists.
+Index("ix_nodes_summary", nodes.c.state, nodes.c.stale_at, nodes.c.gpu_count)
+Index("ix_nodes_hold", nodes.c.hold)
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("node", String(253), ForeignKey("nodes.name"), nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("ended_at", UtcDateTime, nullable=True),
+    Column("reasons", JSON, nullable=False),
+    Column("action", String(32), nullable=False),
+)
+Index("ix_incidents_node_started", incidents.c.node, incidents.c.started_at)
+Index("ix_incidents_ended_at", incidents.c.ended_at)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("at", UtcDateTime, nullable=False),
+    Column("node", String(253), nullable=True),
+    Column("incident_id", String(128), nullable=True),
+    Column("kind", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("details", JSON, nullable=False),
+)
+Index("ix_events_at", events.c.at)
+Index("ix_events_node_at", events.c.node, events.c.at)
+Index("ix_events_incident", events.c.incident_id)
+Index("ix_events_kind_at", events.c.kind, events.c.at)
+
+permits = Table(
+    "permits",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node", String(253), ForeignKey("nodes.name"), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("incident_id", String(128), nullable=True),
+    Column("granted_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("released_at", UtcDateTime, nullable=True),
+)
+Index("ix_permits_node", permits.c.node)
+Index("ix_permits_open", permits.c.released_at, permits.c.expires_at)
+
+requests = Table(
+    "requests",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node", String(253), ForeignKey("nodes.name"), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("requested_by", String(128), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("applied_at", UtcDateTime, nullable=True),
+    Column("status", String(16), nullable=False),
+)
+Index("ix_requests_node_status", requests.c.node, requests.c.status)
+
+fleet_control = Table(
+    "fleet_control",
+    metadata,
+    Column(
+        "id", Integer, primary_key=True, autoincrement=False, comment="always 1: the row every grant locks"
+    ),
+    Column("breaker_tripped", Boolean, nullable=False),
+    Column("tripped_at", UtcDateTime, nullable=True),
+    Column("tripped_reason", Text, nullable=True),
+    Column("reset_at", UtcDateTime, nullable=True),
+    Column("reset_by", String(128), nullable=True),
+)

@@ -1,0 +1,305 @@
+"""Typed HTTP client of the aggregator API, used by the agent (reports, permits) and the on-call CLI.
+
+Every failure is one of our exceptions (:class:`AggregatorError` and its subclasses) with a one-line message;
+``httpx`` errors never escape. Only idempotent calls are retried, and only on transport errors and 5xx
+answers: reports (idempotent by node + seq) and permit requests (asking again returns the permit held).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import structlog
+from pydantic import BaseModel, ValidationError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from aggregator.models import (
+    BreakerStatus,
+    Event,
+    FleetSummary,
+    IncidentDetail,
+    IncidentSummary,
+    NodeDetail,
+    NodeRequest,
+    NodeSummary,
+    Permit,
+    PermitRequest,
+    Report,
+    ReportAck,
+)
+from checks.findings import Action
+
+log = structlog.get_logger(__name__)
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class AggregatorError(Exception):
+    """Any failure talking to the aggregator."""
+
+
+class AggregatorUnreachable(AggregatorError):
+    """No answer: connection refused, DNS failure, timeout."""
+
+
+class Unauthorized(AggregatorError):
+    """The aggregator refused the token (401/403)."""
+
+
+class NotFound(AggregatorError):
+    """The node, incident or permit does not exist (404)."""
+
+
+class RequestRejected(AggregatorError):
+    """The aggregator rejected the request as invalid (4xx other than 401/403/404/409)."""
+
+
+class ServerError(AggregatorError):
+    """The aggregator failed (5xx), e.g. its database is unavailable."""
+
+
+class PermitRefused(AggregatorError):
+    """The permit was refused; ``code`` is breaker_tripped, budget_exhausted, cooldown, unknown_node..."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"permit refused ({code}): {reason}")
+        self.code = code
+        self.reason = reason
+
+
+class PermitLapsed(AggregatorError):
+    """The permit expired or was released; ask for a new one (409 on renew)."""
+
+
+class SequenceNumbers:
+    """Report sequence numbers that keep increasing across agent restarts without stored state.
+
+    Milliseconds since the epoch, bumped by one when two reports fall in the same millisecond; the aggregator
+    ignores a report whose seq is not above the last it accepted, so a restarted agent must not start at 0.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._last = 0
+
+    def next(self) -> int:
+        """The next sequence number: above the previous one and not below the clock in ms."""
+        self._last = max(self._last + 1, int(self._clock() * 1000))
+        return self._last
+
+
+class AggregatorClient:
+    """One aggregator endpoint (``base_url``) with a bearer ``token``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers["User-Agent"] = "gpuhealth"
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+        )
+        self._retries = max(1, retries)
+        self._sleep = sleep
+
+    def __enter__(self) -> AggregatorClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._http.close()
+
+    # --- agent side -------------------------------------------------------------------------------------
+
+    def report(self, report: Report) -> ReportAck:
+        """Send one report (retried: idempotent by node + seq). ``accepted`` is False for a repeat."""
+        body = report.model_dump(mode="json", by_alias=True)
+        return self._call("POST", "/v1/reports", ReportAck, json=body, retry=True)
+
+    def request_permit(
+        self, node: str, action: Action, *, incident_id: str | None = None, ttl_s: float | None = None
+    ) -> Permit:
+        """Ask for a permit; raises :class:`PermitRefused` with the reason when refused."""
+        body = PermitRequest(node=node, action=action, incident_id=incident_id, ttl_s=ttl_s)
+        return self._call("POST", "/v1/permits", Permit, json=body.model_dump(mode="json"), retry=True)
+
+    def renew_permit(self, permit_id: int, *, ttl_s: float | None = None) -> Permit:
+        """Extend a permit; raises :class:`PermitLapsed` when it already expired or was released."""
+        return self._call("POST", f"/v1/permits/{permit_id}/renew", Permit, json={"ttl_s": ttl_s}, retry=True)
+
+    def release_permit(self, permit_id: int) -> Permit:
+        """Give a permit back (idempotent)."""
+        return self._call("POST", f"/v1/permits/{permit_id}/release", Permit, retry=True)
+
+    def pending_requests(self, node: str) -> list[NodeRequest]:
+        """Quarantine / release requests for this node that its agent has not applied yet."""
+        return self._call_list("GET", f"/v1/nodes/{node}/requests", NodeRequest)
+
+    def acknowledge_request(self, node: str, request_id: int) -> list[NodeRequest]:
+        """Tell the aggregator a request was applied; returns what is still pending."""
+        return self._call_list("POST", f"/v1/nodes/{node}/requests/{request_id}/ack", NodeRequest)
+
+    # --- on-call side -----------------------------------------------------------------------------------
+
+    def summary(self) -> FleetSummary:
+        """The fleet summary (``gpuhealth status``)."""
+        return self._call("GET", "/v1/fleet", FleetSummary, retry=True)
+
+    def nodes(self, *, state: str | None = None) -> list[NodeSummary]:
+        """Every node, optionally only those shown in ``state`` (``stale`` included)."""
+        return self._call_list("GET", "/v1/nodes", NodeSummary, params=_params(state=state))
+
+    def node(self, name: str) -> NodeDetail:
+        """One node's detail; raises NotFound for a node that never reported."""
+        return self._call("GET", f"/v1/nodes/{name}", NodeDetail, retry=True)
+
+    def events(self, *, since: str | None = None, node: str | None = None, limit: int = 200) -> list[Event]:
+        """History, oldest first; ``since`` is a duration (``1h``) or an ISO time."""
+        return self._call_list(
+            "GET", "/v1/events", Event, params=_params(since=since, node=node, limit=limit)
+        )
+
+    def incidents(
+        self, *, node: str | None = None, open_only: bool = False, since: str | None = None
+    ) -> list[IncidentSummary]:
+        """Incidents, newest first."""
+        params = _params(node=node, since=since, open="true" if open_only else None)
+        return self._call_list("GET", "/v1/incidents", IncidentSummary, params=params)
+
+    def incident(self, incident_id: str) -> IncidentDetail:
+        """One incident with its timeline."""
+        return self._call("GET", f"/v1/incidents/{incident_id}", IncidentDetail, retry=True)
+
+    def quarantine(self, node: str, *, reason: str, requested_by: str) -> NodeRequest:
+        """Ask the node's agent to quarantine it (a human's request; not retried)."""
+        body = {"reason": reason, "requested_by": requested_by}
+        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json=body)
+
+    def release(self, node: str, *, reason: str, requested_by: str) -> NodeRequest:
+        """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
+        body = {"reason": reason, "requested_by": requested_by}
+        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json=body)
+
+    def breaker_status(self) -> BreakerStatus:
+        """The fleet circuit breaker."""
+        return self._call("GET", "/v1/breaker", BreakerStatus, retry=True)
+
+    def breaker_reset(self, *, requested_by: str, reason: str = "") -> BreakerStatus:
+        """Close the breaker (recorded with who and why)."""
+        body = {"requested_by": requested_by, "reason": reason}
+        return self._call("POST", "/v1/breaker/reset", BreakerStatus, json=body)
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    def _call(
+        self, method: str, path: str, model: type[Model], *, retry: bool = False, **kwargs: Any
+    ) -> Model:
+        data = self._request(method, path, retry=retry, **kwargs)
+        return _parse(model, data, path)
+
+    def _call_list(self, method: str, path: str, model: type[Model], **kwargs: Any) -> list[Model]:
+        data = self._request(method, path, retry=method == "GET", **kwargs)
+        if not isinstance(data, list):
+            raise ServerError(f"unexpected answer from the aggregator for {path}: not a list")
+        return [_parse(model, item, path) for item in data]
+
+    def _request(self, method: str, path: str, *, retry: bool, **kwargs: Any) -> Any:
+        attempts = self._retries if retry else 1
+        retrying = Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.2, max=2.0),
+            retry=retry_if_exception_type((AggregatorUnreachable, ServerError)),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._once(method, path, **kwargs)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    def _once(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise AggregatorUnreachable(f"aggregator at {self.base_url} did not answer in time") from exc
+        except httpx.TransportError as exc:
+            raise AggregatorUnreachable(f"cannot reach the aggregator at {self.base_url}: {exc}") from exc
+        _raise_for_status(response, self.base_url)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ServerError(
+                f"aggregator at {self.base_url} answered {path} with something not JSON"
+            ) from exc
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200] or response.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return str(body["detail"])
+    if isinstance(body, dict) and isinstance(body.get("detail"), list) and body["detail"]:
+        first = body["detail"][0]
+        where = ".".join(str(part) for part in first.get("loc", []))
+        return f"{where}: {first.get('msg', 'invalid')}"
+    return str(body)[:200]
+
+
+def _raise_for_status(response: httpx.Response, base_url: str) -> None:
+    code = response.status_code
+    if code < 400:
+        return
+    if code in (401, 403):
+        raise Unauthorized(
+            f"the aggregator at {base_url} refused the token (HTTP {code}); check GPUHEALTH_TOKEN"
+        )
+    if code == 404:
+        raise NotFound(_detail(response))
+    if code == 409:
+        body = _json_or_empty(response)
+        if "code" in body:
+            raise PermitRefused(str(body["code"]), str(body.get("reason", "")))
+        raise PermitLapsed(_detail(response))
+    if code >= 500:
+        raise ServerError(f"aggregator at {base_url} failed (HTTP {code}): {_detail(response)}")
+    raise RequestRejected(f"aggregator rejected the request (HTTP {code}): {_detail(response)}")
+
+
+def _json_or_empty(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _parse(model: type[Model], data: Any, path: str) -> Model:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ServerError(
+            f"unexpected answer from the aggregator for {path}: {exc.errors()[0]['msg']}"
+        ) from exc

@@ -1,0 +1,145 @@
+"""Permits and the circuit breaker: budget, TTL, renew / release, cooldown, breaker trip and reset,
+every decision in the history — on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from sim.clock import ManualClock
+from tests.aggregator.builders import AUTH, report
+from tests.aggregator.conftest import MakeClient
+
+
+def seed(client: TestClient, count: int, state: str = "healthy", seq: int = 1) -> None:
+    for number in range(count):
+        response = client.post("/v1/reports", json=report(f"node-{number}", seq, state), headers=AUTH)
+        assert response.status_code == 200, response.text
+
+
+def ask(client: TestClient, node: str, incident: str | None = None, **extra: Any) -> Any:
+    body = {"node": node, "action": "reboot", "incident_id": incident, **extra}
+    return client.post("/v1/permits", json=body, headers=AUTH)
+
+
+def test_budget_is_the_smaller_of_count_and_percent_and_refusals_say_why(make_client: MakeClient) -> None:
+    client = make_client(budget_max_nodes=5, budget_max_percent=20)  # 10 nodes -> min(5, 2) = 2
+    seed(client, 10)
+    granted = [ask(client, f"node-{n}") for n in range(3)]
+    assert [r.status_code for r in granted] == [201, 201, 409]
+    assert granted[2].json() == {
+        "code": "budget_exhausted",
+        "reason": "budget exhausted: 2 of 2 permits in use",
+    }
+    assert client.get("/v1/fleet", headers=AUTH).json()["budget"] == {
+        "limit": 2,
+        "in_use": 2,
+        "max_nodes": 5,
+        "max_percent": 20.0,
+    }
+    kinds = [
+        (e["kind"], e["node"]) for e in client.get("/v1/events", headers=AUTH).json() if "permit" in e["kind"]
+    ]
+    assert kinds == [("permit_granted", "node-0"), ("permit_granted", "node-1"), ("permit_refused", "node-2")]
+
+
+def test_asking_again_while_holding_a_permit_returns_the_same_permit(client: TestClient) -> None:
+    seed(client, 1)
+    first, again = ask(client, "node-0"), ask(client, "node-0")
+    assert first.status_code == again.status_code == 201
+    assert first.json()["id"] == again.json()["id"]
+
+
+def test_a_dead_agents_permit_expires_and_frees_the_budget(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(budget_max_nodes=1, budget_max_percent=100, permit_ttl_s=60, cooldown_s=0)
+    seed(client, 2)
+    assert ask(client, "node-0").status_code == 201
+    assert ask(client, "node-1").status_code == 409
+    clock.advance(61)
+    seed(client, 2, seq=2)  # keep both nodes fresh; node-0's agent never renews
+    assert ask(client, "node-1").status_code == 201
+
+
+def test_renew_extends_an_active_permit_and_a_lapsed_one_cannot_be_revived(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(permit_ttl_s=60)
+    seed(client, 1)
+    permit = ask(client, "node-0").json()
+    clock.advance(50)
+    renewed = client.post(f"/v1/permits/{permit['id']}/renew", json={"ttl_s": 60}, headers=AUTH)
+    assert renewed.status_code == 200
+    clock.advance(50)  # 100 s after the grant, 50 s after the renewal: still active
+    assert client.get("/v1/permits", headers=AUTH).json()[0]["id"] == permit["id"]
+    clock.advance(11)
+    assert client.post(f"/v1/permits/{permit['id']}/renew", json={}, headers=AUTH).status_code == 409
+    assert client.post("/v1/permits/999/renew", json={}, headers=AUTH).status_code == 404
+
+
+def test_release_is_idempotent_and_starts_the_cooldown_except_within_one_incident(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(cooldown_s=600)
+    seed(client, 1)
+    permit = ask(client, "node-0", incident="inc-1").json()
+    for _ in range(2):
+        released = client.post(f"/v1/permits/{permit['id']}/release", headers=AUTH)
+        assert released.status_code == 200
+        assert released.json()["active"] is False
+    escalation = ask(client, "node-0", incident="inc-1")
+    assert escalation.status_code == 201  # same incident: reset failed, now reboot
+    client.post(f"/v1/permits/{escalation.json()['id']}/release", headers=AUTH)
+    refused = ask(client, "node-0", incident="inc-2")
+    assert refused.status_code == 409
+    assert refused.json()["code"] == "cooldown"
+    clock.advance(601)
+    seed(client, 1, seq=2)
+    assert ask(client, "node-0", incident="inc-2").status_code == 201
+
+
+def test_unknown_and_stale_nodes_get_no_permit(client: TestClient, clock: ManualClock) -> None:
+    assert ask(client, "ghost").json()["code"] == "unknown_node"
+    seed(client, 1)
+    clock.advance(91)
+    assert ask(client, "node-0").json()["code"] == "stale_node"
+
+
+def test_breaker_trips_when_too_many_nodes_turn_unhealthy_and_holds_until_reset(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3)
+    seed(client, 10)
+    for number in range(2):  # 20 %: not more than the threshold
+        client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
+    assert client.get("/v1/breaker", headers=AUTH).json()["state"] == "closed"
+    assert ask(client, "node-0").status_code == 201
+
+    client.post("/v1/reports", json=report("node-2", 2, "unhealthy"), headers=AUTH)  # 30 %
+    breaker = client.get("/v1/breaker", headers=AUTH).json()
+    assert breaker["state"] == "tripped"
+    assert "3 of 10 GPU nodes" in breaker["reason"]
+    assert ask(client, "node-1").json()["code"] == "breaker_tripped"
+    clock.advance(3600)  # the window has passed, but only a human closes the breaker
+    seed(client, 10, seq=3)
+    assert ask(client, "node-1").json()["code"] == "breaker_tripped"
+
+    reset = client.post(
+        "/v1/breaker/reset", json={"requested_by": "ana", "reason": "driver rolled back"}, headers=AUTH
+    )
+    assert reset.json()["state"] == "closed"
+    assert reset.json()["recent_unhealthy"] == 0  # transitions before the reset no longer count
+    assert ask(client, "node-1").status_code == 201
+    kinds = [e["kind"] for e in client.get("/v1/events?limit=1000", headers=AUTH).json()]
+    assert kinds.count("breaker_tripped") == 1
+    assert "breaker_reset" in kinds
+
+
+def test_breaker_ignores_a_burst_smaller_than_its_minimum(make_client: MakeClient) -> None:
+    client = make_client(breaker_threshold_percent=20, breaker_min_nodes=3)
+    seed(client, 4)
+    for number in range(2):  # 50 % of a tiny fleet, but only two nodes
+        client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
+    assert client.get("/v1/breaker", headers=AUTH).json()["state"] == "closed"
