@@ -1,0 +1,300 @@
+"""One node's agent loop: snapshot -> checks -> state machine -> plan -> apply -> persist -> metrics.
+
+:class:`Agent` holds no global state: each has its own metrics registry, wake event and threads (named
+after the node), so the demo and the benchmarks run hundreds of them in one process on fake GPUs. It is
+built from parts, so tests inject a fake NVML, an emulated API server and a manual clock;
+:func:`build_agent` (in ``agent/wiring.py``) wires the real ones.
+
+Why the plan runs on every pass, not only when the verdict changes: the plan compares the desired node
+state with what the executor's watch last saw, and returns nothing when they agree. Every pass is
+therefore also a resync that repairs drift (our taint removed while the GPU is still bad), and a healthy,
+unchanging node costs no API write at all.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from agent.health import NodeHealth
+from agent.metrics import AgentMetrics
+from agent.snapshot import NodeSnapshot
+from agent.sources import NodeChangeRelay, XidFeed
+from agent.state_machine import HealthStateMachine
+from agent.state_store import StateStore, StateStoreError
+from checks.config import ChecksConfig
+from checks.findings import Verdict
+from checks.runner import run_checks
+from remediation.executor import NodeExecutor
+from remediation.plan import RemediationMemory, RemediationPolicy, plan
+from remediation.steps import ApplyReport, EmitEvent, Step
+from sim.clock import Clock, RealClock
+
+if TYPE_CHECKING:
+    from agent.settings import AgentSettings
+
+log = structlog.get_logger(__name__)
+
+Waiter = Callable[[threading.Event, float], bool]
+"""Waits on an event for at most ``timeout`` seconds; True when it was set (tests inject a fast one)."""
+
+STOP_CHECK_S = 1.0  # the longest the loop waits before it looks at its stop event again
+
+
+class SnapshotSource(Protocol):
+    """Anything that reads one node snapshot and never raises for hardware trouble (``NvmlBackend``)."""
+
+    def snapshot(self) -> NodeSnapshot: ...
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one pass of the loop saw, decided and did."""
+
+    snapshot: NodeSnapshot
+    verdict: Verdict
+    health: NodeHealth
+    steps: tuple[Step, ...]
+    report: ApplyReport
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class AgentParts:
+    """The collaborators of one :class:`Agent` (everything it does not own outright)."""
+
+    source: SnapshotSource
+    executor: NodeExecutor
+    state_machine: HealthStateMachine
+    policy: RemediationPolicy
+    store: StateStore | None = None
+    memory: RemediationMemory = field(default_factory=RemediationMemory)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
+    feed: XidFeed | None = None
+    wake: threading.Event = field(default_factory=threading.Event)
+
+
+class Agent:
+    """The per-node loop. Call :meth:`tick` for one pass, or :meth:`run` until a stop event is set."""
+
+    def __init__(
+        self,
+        node: str,
+        parts: AgentParts,
+        *,
+        interval_s: float = 10.0,
+        dry_run: bool = False,
+        clock: Clock | None = None,
+        metrics: AgentMetrics | None = None,
+        waiter: Waiter | None = None,
+        closers: tuple[Callable[[], object], ...] = (),
+    ) -> None:
+        self.node = node
+        self.parts = parts
+        self.interval_s = interval_s
+        self.dry_run = dry_run
+        self.clock: Clock = clock or RealClock()
+        self.metrics = metrics or AgentMetrics(node)
+        self._waiter: Waiter = waiter or _event_wait
+        self._closers = closers
+        self._memory = parts.memory
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._relay: NodeChangeRelay | None = None
+        self.ticks = 0
+        self.tick_errors = 0
+        self.last: TickResult | None = None
+        self._log = log.bind(node=node)
+
+    @property
+    def wake(self) -> threading.Event:
+        """Set it to make the loop run a pass now (XID callbacks and node changes do)."""
+        return self.parts.wake
+
+    @property
+    def memory(self) -> RemediationMemory:
+        """What the planner remembers of what we did to the node (persisted with the health)."""
+        return self._memory
+
+    # --- one pass ---------------------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        """One pass: snapshot, checks, state machine, plan against the observed node, apply, persist."""
+        started = time.perf_counter()
+        snapshot = self._snapshot()
+        verdict = run_checks(snapshot, self.parts.checks)
+        previous = self.parts.state_machine.health
+        health = self.parts.state_machine.observe(verdict)
+        planned = plan(health, self.parts.executor.facts(), self.parts.policy, self._memory)
+        steps = tuple(planned.steps)
+        report = self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
+        if not self.dry_run:  # a dry run changes nothing, the state file included
+            self._remember(planned.memory, report)
+            self._persist()
+        seconds = time.perf_counter() - started
+        self.metrics.record_tick(snapshot, verdict, report, seconds=seconds, dry_run=self.dry_run)
+        result = TickResult(snapshot, verdict, health, steps, report, seconds, tuple(planned.notes))
+        self._log_tick(result, changed=previous != health)
+        self.ticks += 1
+        self.last = result
+        return result
+
+    def _snapshot(self) -> NodeSnapshot:
+        feed = self.parts.feed
+        if feed is not None:
+            feed.ensure_watching()
+        try:
+            snapshot = self.parts.source.snapshot()
+        except Exception as exc:  # noqa: BLE001 - the backend never raises by contract; a bug must read as unknown
+            self._log.exception("snapshot_failed")
+            snapshot = NodeSnapshot(
+                node=self.node,
+                taken_at=self.clock.now(),
+                nvml_error=f"snapshot failed: {type(exc).__name__}: {exc}",
+                gpus=[],
+            )
+        return feed.merge_kernel_events(snapshot) if feed is not None else snapshot
+
+    def _remember(self, memory: RemediationMemory, report: ApplyReport) -> None:
+        """Keep the planner's new memory, except what it assumed about Events that failed to go out."""
+        self._memory = _unsent_events_forgotten(memory, report)
+
+    def _persist(self) -> None:
+        if self.parts.store is None:
+            return
+        try:
+            self.parts.store.save(self.parts.state_machine.export(self._memory))
+        except StateStoreError as exc:  # the node is still marked; only a restart would lose the incident
+            self._log.error("state_save_failed", error=str(exc))
+
+    def _log_tick(self, result: TickResult, *, changed: bool) -> None:
+        fields = {
+            "state": result.health.state.value,
+            "reason": result.health.reason,
+            "incident": result.health.incident.id if result.health.incident else None,
+            "steps": [type(step).__name__ for step in result.steps],
+            "writes": result.report.writes,
+            "failed": [type(r.step).__name__ for r in result.report.results if not r.ok],
+            "dry_run": self.dry_run,
+            "seconds": round(result.seconds, 4),
+        }
+        if changed or result.steps:
+            self._log.info("tick", **fields)
+        else:
+            self._log.debug("tick", **fields)
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Tick every ``interval_s``, at once on an XID or a change on the node, until ``stop`` is set.
+
+        An exception in a pass is logged and counted; it never ends the loop.
+        """
+        stop_event = stop or self._stop
+        self._start_sources()
+        try:
+            while not (stop_event.is_set() or self._stop.is_set()):
+                self.parts.wake.clear()
+                self._guarded_tick()
+                self._wait_for_next(stop_event)
+        finally:
+            self._stop_sources()
+
+    def start(self) -> Agent:
+        """Run the loop on a thread named after the node; returns self."""
+        self._thread = threading.Thread(target=self.run, name=f"gpuhealth-agent:{self.node}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the loop to end, wait for it, then close the executor and what the agent owns."""
+        self._stop.set()
+        self.parts.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.close()
+
+    def close(self) -> None:
+        """Close the executor and the other resources handed over at construction (idempotent)."""
+        self._stop_sources()
+        for closer in (self.parts.executor.close, *self._closers):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - closing one must not keep the others open
+                self._log.exception("close_failed")
+        self._closers = ()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the loop thread is running (True when the loop runs on the caller's thread)."""
+        return self._thread is None or self._thread.is_alive()
+
+    @property
+    def ready(self) -> bool:
+        """A first pass is done and the executor's view of the node is synced."""
+        synced = getattr(self.parts.executor, "synced", True)
+        return self.ticks > 0 and bool(synced)
+
+    def _guarded_tick(self) -> None:
+        try:
+            self.tick()
+        except Exception:  # noqa: BLE001 - one bad pass (a bug, a dead disk) must not end the agent
+            self.tick_errors += 1
+            self.metrics.record_tick_error()
+            self._log.exception("tick_failed")
+
+    def _wait_for_next(self, stop: threading.Event) -> None:
+        due = self.clock.monotonic() + self.interval_s
+        while not (stop.is_set() or self._stop.is_set()):
+            remaining = due - self.clock.monotonic()
+            if remaining <= 0:
+                return
+            if self._waiter(self.parts.wake, min(remaining, STOP_CHECK_S)):
+                return
+
+    def _start_sources(self) -> None:
+        if self.parts.feed is not None:
+            self.parts.feed.start()
+        if self._relay is None:
+            self._relay = NodeChangeRelay(
+                self.parts.executor, self.parts.wake, name=f"gpuhealth-node-watch:{self.node}"
+            )
+            self._relay.start()
+
+    def _stop_sources(self) -> None:
+        if self.parts.feed is not None:
+            self.parts.feed.stop()
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None
+
+
+def build_agent(settings: AgentSettings, **parts: Any) -> Agent:
+    """An agent wired with the real parts; see :func:`agent.wiring.build_agent` (which this calls)."""
+    from agent.wiring import build_agent as wire
+
+    return wire(settings, **parts)
+
+
+def _event_wait(event: threading.Event, timeout: float) -> bool:
+    return event.wait(timeout)
+
+
+def _unsent_events_forgotten(memory: RemediationMemory, report: ApplyReport) -> RemediationMemory:
+    """The planner remembers an Event as sent when it plans it. When one failed (API down), forget its key,
+    so the next pass plans it again rather than an outage swallowing it (the planner derives Events from
+    their keys alone). Only that: what the planner learnt about humans must stay, or a human's uncordon
+    could be undone. Safe against duplicates: the executor names an Event by its key, so a retry of one
+    the server did record answers AlreadyExists.
+    """
+    failed = {r.step.key for r in report.results if isinstance(r.step, EmitEvent) and not r.ok}
+    if not failed:
+        return memory
+    kept = tuple(key for key in memory.emitted_events if key not in failed)
+    return memory.model_copy(update={"emitted_events": kept})

@@ -1,0 +1,167 @@
+"""The agent's settings: one typed object, from a YAML file plus ``GPUHEALTH_*`` environment variables.
+
+Every field has a default and a one-line description (``docs/agent.md`` is generated from them by
+``agent/settings_doc.py``). Environment variables win over the file, so a DaemonSet can override one value
+without shipping a new file: ``GPUHEALTH_INTERVAL_S=5``, nested ``GPUHEALTH_KUBERNETES__RESYNC_S=120``.
+Unknown keys are errors: a typo must fail loudly, not silently keep a default.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from agent.state_machine import DebounceConfig
+from checks.config import ChecksConfig
+from remediation.kubernetes import RetrySettings
+from remediation.plan import RemediationPolicy
+
+ENV_PREFIX = "GPUHEALTH_"
+ENV_NESTED_DELIMITER = "__"
+DEFAULT_KMSG_PATH = "/dev/kmsg"
+
+
+class SettingsError(ValueError):
+    """Invalid agent settings; the message is one line naming the file and the bad field."""
+
+
+def default_node_name() -> str:
+    """``NODE_NAME`` (the DaemonSet sets it from the downward API), else the hostname."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KubernetesSettings(_Section):
+    """How the agent reaches the API server."""
+
+    kubeconfig: str | None = Field(
+        default=None, description="Kubeconfig file; unset means in-cluster (the pod's service account)."
+    )
+    resync_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Resync period handed to the Kubernetes executor (its needs_resync()).",
+    )
+    retry: RetrySettings = Field(
+        default_factory=RetrySettings, description="Retries of API calls (429, 5xx, timeouts, 409)."
+    )
+
+
+class KernelLogSettings(_Section):
+    """The kernel-log XID follower (complements NVML events; off by default)."""
+
+    enabled: bool = Field(default=False, description="Follow the kernel log for XID lines.")
+    source: Literal["kmsg", "journal"] = Field(
+        default="kmsg", description="Read /dev/kmsg records, or run journalctl -k -f -o json."
+    )
+    path: str = Field(default=DEFAULT_KMSG_PATH, description="The kmsg device (or a FIFO) when source=kmsg.")
+
+
+class HttpSettings(_Section):
+    """The /metrics, /healthz and /readyz endpoint."""
+
+    enabled: bool = Field(default=True, description="Serve the HTTP endpoint.")
+    host: str = Field(default="0.0.0.0", description="Address to listen on.")  # noqa: S104 - a pod port
+    port: int = Field(default=9477, ge=0, le=65535, description="TCP port (0 picks a free one).")
+
+
+class AgentSettings(BaseSettings):
+    """Everything ``gpuhealth agent`` reads at start-up, loaded once."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        frozen=True,
+    )
+
+    node_name: str = Field(
+        default_factory=default_node_name, description="This node's name (default: NODE_NAME, else hostname)."
+    )
+    interval_s: float = Field(default=10.0, gt=0, description="Seconds between two polled snapshots.")
+    state_dir: Path = Field(
+        default=Path("/var/lib/gpuhealth"), description="Directory of the state file (survives restarts)."
+    )
+    expected_gpu_count: int | None = Field(
+        default=None, ge=0, description="GPUs this node should have; fewer is a fault. Unset: not checked."
+    )
+    dry_run: bool = Field(default=False, description="Plan and log every action, mutate nothing.")
+    checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Settings of the checks.")
+    debounce: DebounceConfig = Field(
+        default_factory=DebounceConfig, description="Debounce of the node state machine."
+    )
+    policy: RemediationPolicy = Field(
+        default_factory=RemediationPolicy, description="What the agent may do to its node."
+    )
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="API access.")
+    kernel_log: KernelLogSettings = Field(
+        default_factory=KernelLogSettings, description="Kernel-log XID follower."
+    )
+    http: HttpSettings = Field(default_factory=HttpSettings, description="Metrics and health endpoint.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Lowest level logged."
+    )
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto", description="json, console, or auto (console on a terminal)."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init arguments; listing env first makes the environment win over it.
+        return env_settings, init_settings
+
+
+def load_settings(path: str | Path | None = None) -> AgentSettings:
+    """The agent's settings from ``path`` (YAML, optional) and the environment.
+
+    Raises SettingsError with one line naming the file and the bad field.
+    """
+    where = str(path) if path is not None else "environment"
+    values = _read_yaml(Path(path)) if path is not None else {}
+    try:
+        return AgentSettings(**values)
+    except ValidationError as exc:
+        raise SettingsError(f"{where}: {_first_error(exc)}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        position = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise SettingsError(f"{path}: not valid YAML{position}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: the top level must be a mapping, not {type(data).__name__}")
+    return data
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    message = " ".join(str(first["msg"]).split())
+    return f"{field}: {message}{more}"

@@ -1,0 +1,134 @@
+"""Wire a real :class:`~agent.loop.Agent` from :class:`~agent.settings.AgentSettings`.
+
+NVML backend + XID watcher (+ kernel-log follower when enabled), the state file, the state machine
+resumed from it, and the Kubernetes executor. ``library`` and ``api_client`` let the demo, the tests and
+the benchmarks pass a ``FakeNvml`` and a ``KubeSim`` client instead of the driver and a cluster.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent.backends.kernel_log import JournalFollower, KmsgFollower
+from agent.backends.nvml import NvmlLibrary
+from agent.backends.nvml_backend import NvmlBackend
+from agent.backends.xid_watcher import XidBuffer, XidWatcher
+from agent.loop import Agent, AgentParts
+from agent.metrics import AgentMetrics
+from agent.settings import AgentSettings, KernelLogSettings
+from agent.sources import EventThread, XidCallback, XidFeed
+from agent.state_machine import HealthStateMachine
+from agent.state_store import StateStore
+from remediation.executor import NodeExecutor
+from remediation.kubernetes import KubernetesExecutor, executor_from_kubeconfig
+from remediation.plan_memory import RemediationMemory
+from sim.clock import Clock, RealClock
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+log = structlog.get_logger(__name__)
+
+STATE_FILE_NAME = "state.json"
+XID_WAIT_MS = 200  # the watcher's longest NVML wait: few wake-ups when idle, a stop within 0.2 s
+
+
+def build_agent(
+    settings: AgentSettings,
+    *,
+    library: NvmlLibrary | None = None,
+    api_client: ApiClient | None = None,
+    clock: Clock | None = None,
+    executor: NodeExecutor | None = None,
+) -> Agent:
+    """An agent with the real parts (or the given fake NVML / API client / executor); not started yet."""
+    chosen_clock: Clock = clock or RealClock()
+    node = settings.node_name
+    wake = threading.Event()
+    buffer = XidBuffer()
+    nvml_library = library if library is not None else _real_library()
+    backend = NvmlBackend(
+        nvml_library,
+        node_name=node,
+        expected_gpu_count=settings.expected_gpu_count,
+        clock=chosen_clock.now,
+        xid_buffer=buffer,
+    )
+    feed = XidFeed(
+        wake=wake,
+        nvml_buffer=buffer,
+        watcher_factory=lambda sink: XidWatcher(
+            nvml_library, sink=sink, clock=chosen_clock.now, timeout_ms=XID_WAIT_MS
+        ),
+        follower_factory=_follower_factory(settings.kernel_log),
+        monotonic=chosen_clock.monotonic,
+    )
+    _ensure_directory(settings.state_dir)
+    store = StateStore(settings.state_dir / STATE_FILE_NAME)
+    saved = store.load()
+    if saved is not None:
+        log.info("state_resumed", node=node, state=saved.health.state.value)
+    parts = AgentParts(
+        source=backend,
+        executor=executor or _executor(settings, api_client, chosen_clock),
+        state_machine=HealthStateMachine(node, settings.debounce, clock=chosen_clock.now, initial=saved),
+        policy=settings.policy,
+        store=store,
+        memory=saved.memory if saved is not None else RemediationMemory(),
+        checks=settings.checks,
+        feed=feed,
+        wake=wake,
+    )
+    return Agent(
+        node,
+        parts,
+        interval_s=settings.interval_s,
+        dry_run=settings.dry_run,
+        clock=chosen_clock,
+        metrics=AgentMetrics(node),
+        closers=(backend.close,),
+    )
+
+
+def _ensure_directory(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # the agent still marks its node; only restarts lose the incident
+        log.error("state_dir_unusable", path=str(path), error=exc.strerror or str(exc))
+
+
+def _real_library() -> NvmlLibrary:
+    from agent.backends.nvml import real_library
+
+    return real_library()
+
+
+def _executor(settings: AgentSettings, api_client: ApiClient | None, clock: Clock) -> NodeExecutor:
+    options: dict[str, Any] = {
+        "retry": settings.kubernetes.retry,
+        "resync_s": settings.kubernetes.resync_s,
+        "clock": clock.now,
+    }
+    if api_client is not None:
+        return KubernetesExecutor(api_client, settings.node_name, **options)
+    return executor_from_kubeconfig(settings.kubernetes.kubeconfig, settings.node_name, **options)
+
+
+def _follower_factory(settings: KernelLogSettings) -> Any:
+    if not settings.enabled:
+        return None
+    if settings.source == "journal":
+
+        def journal(callback: XidCallback) -> EventThread:
+            return JournalFollower(callback)
+
+        return journal
+
+    def kmsg(callback: XidCallback) -> EventThread:
+        return KmsgFollower(callback, path=settings.path)
+
+    return kmsg
