@@ -52,6 +52,36 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("Target: under 2 s through the client (issue: emulated Kubernetes API).",),
     ),
     Benchmark(
+        "fault_to_taint",
+        "Fault-to-taint latency",
+        "An XID injected in the fake NVML of one agent in a fleet -> the `gpuhealth.io/unhealthy` taint seen "
+        "by a separate client's watch on the emulated API: NVML event thread, loop wake-up, snapshot, "
+        "checks, "
+        "state machine, plan, PATCH, watch event.",
+        (
+            "Target: p99 <= 1 s (issue: the agent on Kubernetes).",
+            "NVSentinel: no published end-to-end figure; with its default 15 s DCGM polling, 15-45 s "
+            "(REFERENCE.md). k8s-device-plugin waits on XID events in a 5 s loop.",
+        ),
+    ),
+    Benchmark(
+        "agent_resources",
+        "Agent resident memory and CPU at steady state",
+        "One agent process with 8 fake GPUs on its default 10 s interval, the emulated API in another "
+        "process.",
+        (
+            "Targets: RSS <= 80 MiB, CPU <= 1 % of one core (issue: the agent on Kubernetes).",
+            "NVSentinel monitors request 100m CPU / 128 MiB; dcgm-exporter was seen at 135-512 MiB resident "
+            "(REFERENCE.md). The Kubernetes Python client alone costs about 50 MB in a process.",
+        ),
+    ),
+    Benchmark(
+        "api_writes",
+        "Kubernetes API writes per node-hour on healthy nodes",
+        "Healthy agents over simulated hours; every mutating request counted at the emulated API server.",
+        ("Target: 0 writes per node-hour once the node is marked (issue: the agent on Kubernetes).",),
+    ),
+    Benchmark(
         "aggregator",
         "Aggregator report ingest and fleet summary",
         "Sustained report ingest from simulated nodes and fleet-summary latency, on SQLite and PostgreSQL.",
