@@ -23,6 +23,7 @@ import structlog
 
 from agent.health import NodeHealth
 from agent.metrics import AgentMetrics
+from agent.permit_gate import PermitGate, withhold_unpermitted
 from agent.snapshot import NodeSnapshot
 from agent.sources import NodeChangeRelay, XidFeed
 from agent.state_machine import HealthStateMachine
@@ -36,6 +37,7 @@ from remediation.steps import ApplyReport, EmitEvent, Step
 from sim.clock import Clock, RealClock
 
 if TYPE_CHECKING:
+    from agent.aggregator_link import AggregatorLink
     from agent.settings import AgentSettings
 
 log = structlog.get_logger(__name__)
@@ -78,6 +80,8 @@ class AgentParts:
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     feed: XidFeed | None = None
     wake: threading.Event = field(default_factory=threading.Event)
+    link: AggregatorLink | None = None  # None: run without an aggregator
+    permits: PermitGate | None = None  # None: nothing beyond mark + taint is ever permitted
 
 
 class Agent:
@@ -130,20 +134,35 @@ class Agent:
         snapshot = self._snapshot()
         verdict = run_checks(snapshot, self.parts.checks)
         previous = self.parts.state_machine.health
+        if self.parts.link is not None and not self.dry_run:  # a human's quarantine / release, if any
+            self.parts.link.apply_requests(self.parts.state_machine)
         health = self.parts.state_machine.observe(verdict)
         planned = plan(health, self.parts.executor.facts(), self.parts.policy, self._memory)
-        steps = tuple(planned.steps)
+        steps, gate_notes = self._permitted(planned.steps, health)
         report = self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
         if not self.dry_run:  # a dry run changes nothing, the state file included
             self._remember(planned.memory, report)
             self._persist()
         seconds = time.perf_counter() - started
         self.metrics.record_tick(snapshot, verdict, report, seconds=seconds, dry_run=self.dry_run)
-        result = TickResult(snapshot, verdict, health, steps, report, seconds, tuple(planned.notes))
+        notes = (*planned.notes, *gate_notes)
+        result = TickResult(snapshot, verdict, health, steps, report, seconds, notes)
         self._log_tick(result, changed=previous != health)
+        if self.parts.link is not None:  # a dry run reports too: it plans and reports, mutating nothing
+            self.parts.link.observe(
+                result, dry_run=self.dry_run
+            )  # queued on disk; the sender thread delivers it
         self.ticks += 1
         self.last = result
         return result
+
+    def _permitted(self, planned: list[Step], health: NodeHealth) -> tuple[tuple[Step, ...], list[str]]:
+        """The planned steps less those a missing permit withholds; releases a permit whose incident ended."""
+        gate = self.parts.permits
+        if gate is not None and not self.dry_run:
+            gate.observe_incident(health.incident.id if health.incident else None)
+        steps, notes = withhold_unpermitted(planned, gate)
+        return tuple(steps), notes
 
     def _snapshot(self) -> NodeSnapshot:
         feed = self.parts.feed
@@ -261,6 +280,8 @@ class Agent:
     def _start_sources(self) -> None:
         if self.parts.feed is not None:
             self.parts.feed.start()
+        if self.parts.link is not None:
+            self.parts.link.start()
         if self._relay is None:
             self._relay = NodeChangeRelay(
                 self.parts.executor, self.parts.wake, name=f"gpuhealth-node-watch:{self.node}"
@@ -270,6 +291,8 @@ class Agent:
     def _stop_sources(self) -> None:
         if self.parts.feed is not None:
             self.parts.feed.stop()
+        if self.parts.link is not None:
+            self.parts.link.stop()
         if self._relay is not None:
             self._relay.stop()
             self._relay = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from remediation.plan import RemediationPolicy
 ENV_PREFIX = "GPUHEALTH_"
 ENV_NESTED_DELIMITER = "__"
 DEFAULT_KMSG_PATH = "/dev/kmsg"
+AGGREGATOR_TOKEN_ENV = "GPUHEALTH_AGGREGATOR_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 
 class SettingsError(ValueError):
@@ -74,6 +76,33 @@ class HttpSettings(_Section):
     port: int = Field(default=9477, ge=0, le=65535, description="TCP port (0 picks a free one).")
 
 
+class AggregatorLinkSettings(_Section):
+    """The central aggregator: reports, heartbeats, permits and the humans' requests.
+
+    The token is never a setting (settings are logged and dumped): it comes from the environment variable
+    ``GPUHEALTH_AGGREGATOR_TOKEN``, else from ``token_file``.
+    """
+
+    url: str | None = Field(
+        default=None, description="Base URL of the aggregator; unset runs without one (mark + taint only)."
+    )
+    token_file: Path | None = Field(
+        default=None, description="File holding the bearer token (GPUHEALTH_AGGREGATOR_TOKEN wins over it)."
+    )
+    heartbeat_s: float = Field(
+        default=60.0, gt=0, description="Seconds between two reports when nothing changed (heartbeat)."
+    )
+    timeout_s: float = Field(
+        default=5.0, gt=0, description="Seconds one request to the aggregator may take (sent off the loop)."
+    )
+    permit_retry_s: float = Field(
+        default=60.0, gt=0, description="Seconds before asking again for a permit refused or not answered."
+    )
+    outbox_max_reports: int = Field(
+        default=1000, ge=2, description="Unsent reports kept on disk; heartbeats are dropped first."
+    )
+
+
 class AgentSettings(BaseSettings):
     """Everything ``gpuhealth agent`` reads at start-up, loaded once."""
 
@@ -107,6 +136,9 @@ class AgentSettings(BaseSettings):
         default_factory=KernelLogSettings, description="Kernel-log XID follower."
     )
     http: HttpSettings = Field(default_factory=HttpSettings, description="Metrics and health endpoint.")
+    aggregator: AggregatorLinkSettings = Field(
+        default_factory=AggregatorLinkSettings, description="The central aggregator (optional)."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level logged."
     )
@@ -125,6 +157,28 @@ class AgentSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The YAML file arrives as init arguments; listing env first makes the environment win over it.
         return env_settings, init_settings
+
+
+def aggregator_token(
+    settings: AggregatorLinkSettings, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The aggregator's bearer token: ``GPUHEALTH_AGGREGATOR_TOKEN``, else the first line of ``token_file``.
+
+    Raises SettingsError (naming the file, never the token) when the file cannot be read.
+    """
+    env = os.environ if environ is None else environ
+    token = env.get(AGGREGATOR_TOKEN_ENV, "").strip()
+    if token:
+        return token
+    if settings.token_file is None:
+        return None
+    try:
+        text = settings.token_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(
+            f"{settings.token_file}: cannot read the token file: {exc.strerror or exc}"
+        ) from None
+    return text.strip() or None
 
 
 def load_settings(path: str | Path | None = None) -> AgentSettings:

@@ -10,19 +10,24 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
+from agent.aggregator_link import AggregatorLink
 from agent.backends.kernel_log import JournalFollower, KmsgFollower
 from agent.backends.nvml import NvmlLibrary
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
 from agent.loop import Agent, AgentParts
 from agent.metrics import AgentMetrics
-from agent.settings import AgentSettings, KernelLogSettings
+from agent.permit_gate import PermitGate
+from agent.report_outbox import ReportOutbox
+from agent.settings import AgentSettings, KernelLogSettings, aggregator_token
 from agent.sources import EventThread, XidCallback, XidFeed
 from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore
+from remediation.aggregator_client import AggregatorClient
 from remediation.executor import NodeExecutor
 from remediation.kubernetes import KubernetesExecutor, executor_from_kubeconfig
 from remediation.plan_memory import RemediationMemory
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 STATE_FILE_NAME = "state.json"
+OUTBOX_FILE_NAME = "outbox.json"
+AGGREGATOR_RETRIES = 1  # the sender thread retries the outbox itself; one attempt keeps it responsive
 XID_WAIT_MS = 200  # the watcher's longest NVML wait: few wake-ups when idle, a stop within 0.2 s
 
 
@@ -72,6 +79,7 @@ def build_agent(
     saved = store.load()
     if saved is not None:
         log.info("state_resumed", node=node, state=saved.health.state.value)
+    link, permits = _aggregator_parts(settings, chosen_clock)
     parts = AgentParts(
         source=backend,
         executor=executor or _executor(settings, api_client, chosen_clock),
@@ -82,6 +90,8 @@ def build_agent(
         checks=settings.checks,
         feed=feed,
         wake=wake,
+        link=link,
+        permits=permits,
     )
     return Agent(
         node,
@@ -90,8 +100,44 @@ def build_agent(
         dry_run=settings.dry_run,
         clock=chosen_clock,
         metrics=AgentMetrics(node),
-        closers=(backend.close,),
+        closers=(backend.close, *((link.close,) if link is not None else ())),
     )
+
+
+def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[AggregatorLink | None, PermitGate]:
+    """The report link and the permit gate; without an aggregator URL, no link and a gate that never grants.
+
+    Raises SettingsError when the token file cannot be read.
+    """
+    section = settings.aggregator
+    if section.url is None:
+        log.info("aggregator_not_configured", node=settings.node_name)
+        return None, PermitGate(settings.node_name, None, clock=clock, retry_s=section.permit_retry_s)
+    token = aggregator_token(section)
+    client = AggregatorClient(section.url, token, timeout_s=section.timeout_s, retries=AGGREGATOR_RETRIES)
+    outbox = ReportOutbox(settings.state_dir / OUTBOX_FILE_NAME, max_reports=section.outbox_max_reports)
+    link = AggregatorLink(
+        settings.node_name,
+        client,
+        outbox,
+        clock=clock,
+        heartbeat_s=section.heartbeat_s,
+        interval_s=settings.interval_s,
+    )
+    gate = PermitGate(settings.node_name, client, clock=clock, retry_s=section.permit_retry_s)
+    log.info(
+        "aggregator_configured",
+        node=settings.node_name,
+        url=_without_userinfo(section.url),
+        token_set=bool(token),
+    )
+    return link, gate
+
+
+def _without_userinfo(url: str) -> str:
+    """The URL as it may be logged: a ``user:password@`` part is dropped (no secrets in logs)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _ensure_directory(path: Path) -> None:

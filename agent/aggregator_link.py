@@ -1,0 +1,323 @@
+"""The agent's link to the aggregator: reports on change plus a heartbeat, and the humans' requests back.
+
+The loop calls :meth:`AggregatorLink.apply_requests` before it judges a pass (a quarantine or release a human
+asked for through ``gpuhealth quarantine`` / ``release``) and :meth:`AggregatorLink.observe` after it. Neither
+talks to the network: ``observe`` only writes a report to the durable outbox (``agent/report_outbox.py``)
+when something changed or a heartbeat is due, and wakes the sender thread, which delivers the outbox in order
+(:meth:`deliver`). So an XID pass taints the node at once even when the aggregator hangs or is down, and
+reports wait on disk until it is back (also across agent restarts).
+
+A "change" is a new state, incident, incident reasons or action, verdict action or set of finding codes;
+steps applied and requests applied are news too. Anything else is a heartbeat every ``heartbeat_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent.health import NodeHealth
+from agent.report_outbox import OutboxError, ReportOutbox
+from aggregator.models import (
+    ActionTaken,
+    GpuSummary,
+    IncidentReport,
+    NodeRequest,
+    NodeState,
+    Report,
+    RequestKind,
+)
+from checks.findings import Verdict, worst_status
+from remediation.aggregator_client import AggregatorClient, AggregatorError, Unauthorized
+from remediation.steps import ApplyReport, Step
+from sim.clock import Clock
+
+if TYPE_CHECKING:
+    from agent.loop import TickResult
+    from agent.state_machine import HealthStateMachine
+
+log = structlog.get_logger(__name__)
+
+MAX_GPUS = 64  # the report format's limit
+MAX_ACTIONS = 200
+MAX_FINDINGS = 500
+MIN_INTERVAL_S = 1.0  # the report format's lowest interval; a faster loop reports it as 1 s
+RETRY_S = 5.0  # how soon the sender tries again after a failed delivery
+
+_STEP_ACTIONS: dict[str, str] = {
+    "SetCondition": "condition",
+    "SetStateLabel": "label",
+    "SetTaint": "taint",
+    "RemoveTaint": "untaint",
+    "Cordon": "cordon",
+    "Uncordon": "uncordon",
+    "SetIncidentAnnotation": "annotate",
+    "EmitEvent": "event",
+    "RequestPermit": "permit",
+}
+
+
+@dataclass(frozen=True)
+class DeliveryStats:
+    """What the sender did so far: reports accepted, repeats the aggregator had already counted, failures."""
+
+    accepted: int = 0
+    repeated: int = 0
+    failures: int = 0
+
+
+class AggregatorLink:
+    """Reports, heartbeats and requests between one node's agent and the aggregator."""
+
+    def __init__(
+        self,
+        node: str,
+        client: AggregatorClient,
+        outbox: ReportOutbox,
+        *,
+        clock: Clock,
+        heartbeat_s: float = 60.0,
+        interval_s: float | None = None,
+        orchestrator: str = "kubernetes",
+    ) -> None:
+        self.node = node
+        self.client = client
+        self.outbox = outbox
+        self._clock = clock
+        self._heartbeat_s = heartbeat_s
+        self._interval_s = interval_s
+        self._orchestrator = orchestrator
+        self._last_key: tuple[object, ...] | None = None
+        self._last_sent = float("-inf")
+        self._actions: list[ActionTaken] = []
+        self._to_acknowledge: list[int] = []
+        self._lock = threading.Lock()  # requests arrive on the sender thread, are applied on the loop's
+        self._requests: dict[int, NodeRequest] = {}
+        self._applied: set[int] = set()
+        self._stats = DeliveryStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._log = log.bind(node=node)
+
+    # --- the loop's side --------------------------------------------------------------------------------
+
+    def apply_requests(self, machine: HealthStateMachine) -> list[NodeRequest]:
+        """Apply the humans' pending quarantine / release requests to the state machine, oldest first; the
+        next report acknowledges them. Returns the requests applied."""
+        with self._lock:
+            requests = sorted(self._requests.values(), key=lambda request: request.id)
+            self._requests.clear()
+        for request in requests:
+            if request.kind is RequestKind.QUARANTINE:
+                machine.quarantine(f"{request.reason} (by {request.requested_by})")
+            else:
+                machine.release_by_human(f"{request.reason} (by {request.requested_by})")
+            self._log.info("request_applied", request=request.id, kind=request.kind.value)
+            self._applied.add(request.id)
+            self._to_acknowledge.append(request.id)
+        return requests
+
+    def observe(self, result: TickResult, *, dry_run: bool = False) -> Report | None:
+        """Queue a report of this pass when something changed or a heartbeat is due; returns it if queued.
+
+        Never touches the network; an outbox that cannot be written is logged (the node stays marked).
+        """
+        self._actions.extend(actions_taken(result.report, self._clock.now(), result.health, dry_run=dry_run))
+        key = change_key(result.health, result.verdict)
+        changed = key != self._last_key or bool(self._actions) or bool(self._to_acknowledge)
+        due = self._clock.monotonic() - self._last_sent >= self._heartbeat_s
+        if not (changed or due):
+            return None
+        report = self._build(result)
+        try:
+            self.outbox.append(report, heartbeat=not changed)
+        except OutboxError as exc:
+            self._log.error("report_not_queued", error=str(exc))
+            return None
+        self._last_key, self._last_sent = key, self._clock.monotonic()
+        self._actions, self._to_acknowledge = [], []
+        self._wake.set()
+        return report
+
+    def _build(self, result: TickResult) -> Report:
+        now = self._clock.now()
+        return build_report(
+            self.node,
+            self.outbox.next_seq(int(now.timestamp() * 1000)),
+            now,
+            result.health,
+            result.verdict,
+            gpus=gpu_summaries(result),
+            actions=self._actions[-MAX_ACTIONS:],
+            acknowledged=self._to_acknowledge,
+            interval_s=self._interval_s,
+            orchestrator=self._orchestrator,
+        )
+
+    # --- the sender's side ------------------------------------------------------------------------------
+
+    def deliver(self) -> int:
+        """Send the queued reports in order until one fails; returns how many the aggregator acknowledged."""
+        delivered = 0
+        for report in self.outbox.pending():
+            try:
+                ack = self.client.report(report)
+            except Unauthorized as exc:
+                self._failed("report_unauthorized", exc)
+                break
+            except AggregatorError as exc:
+                self._failed("report_not_delivered", exc)
+                break
+            self.outbox.remove_through(report.seq)
+            self._count(accepted=ack.accepted)
+            self._receive(ack.pending_requests)
+            if ack.hold:
+                self._log.info("aggregator_hold", hold=ack.hold)
+            delivered += 1
+        return delivered
+
+    @property
+    def stats(self) -> DeliveryStats:
+        """Delivery counters since start."""
+        return self._stats
+
+    def start(self) -> None:
+        """Deliver from a background thread: at once after each queued report, then every few seconds
+        while reports wait (the aggregator may be back)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"gpuhealth-reports:{self.node}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the sender thread (reports not delivered stay in the outbox)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop the sender and close the HTTP client."""
+        self.stop()
+        self.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.deliver()
+            except Exception:  # noqa: BLE001 - a bug in one delivery must not end the sender
+                self._log.exception("report_sender_failed")
+            self._wake.wait(RETRY_S if self.outbox.stats().queued else self._heartbeat_s)
+
+    def _receive(self, requests: list[NodeRequest]) -> None:
+        with self._lock:
+            for request in requests:
+                if request.status == "pending" and request.id not in self._applied:
+                    self._requests[request.id] = request
+
+    def _count(self, *, accepted: bool) -> None:
+        stats = self._stats
+        self._stats = DeliveryStats(
+            accepted=stats.accepted + accepted,
+            repeated=stats.repeated + (not accepted),
+            failures=stats.failures,
+        )
+
+    def _failed(self, event: str, exc: AggregatorError) -> None:
+        stats = self._stats
+        self._stats = DeliveryStats(stats.accepted, stats.repeated, stats.failures + 1)
+        self._log.warning(event, error=str(exc), queued=self.outbox.stats().queued)
+
+
+def change_key(health: NodeHealth, verdict: Verdict) -> tuple[object, ...]:
+    """What must differ between two passes for the second to be reported at once (not as a heartbeat)."""
+    incident = health.incident
+    return (
+        health.state,
+        incident.id if incident else None,
+        tuple(incident.reasons) if incident else (),
+        incident.action if incident else None,
+        verdict.action,
+        tuple(sorted({finding.code for finding in verdict.findings})),
+    )
+
+
+def actions_taken(
+    report: ApplyReport, at: datetime, health: NodeHealth, *, dry_run: bool = False
+) -> list[ActionTaken]:
+    """The applied steps as timeline entries of the report format (``dry_run``: planned, not applied)."""
+    incident_id = health.incident.id if health.incident else None
+    return [
+        ActionTaken(
+            at=at,
+            action=_action_name(result.step),
+            result="dry_run" if dry_run else "ok" if result.ok else "failed",
+            message=result.detail[:1000],
+            incident_id=incident_id,
+        )
+        for result in report.results
+    ]
+
+
+def gpu_summaries(result: TickResult) -> list[GpuSummary]:
+    """Each GPU of the snapshot with the worst status of its findings."""
+    summaries = []
+    for gpu in result.snapshot.gpus[:MAX_GPUS]:
+        statuses = [finding.status for finding in result.verdict.findings if finding.gpu == gpu.uuid]
+        summaries.append(
+            GpuSummary(uuid=gpu.uuid, index=gpu.index, name=gpu.name, status=worst_status(statuses))
+        )
+    return summaries
+
+
+def build_report(
+    node: str,
+    seq: int,
+    now: datetime,
+    health: NodeHealth,
+    verdict: Verdict,
+    *,
+    gpus: list[GpuSummary],
+    actions: list[ActionTaken],
+    acknowledged: list[int],
+    interval_s: float | None,
+    orchestrator: str,
+) -> Report:
+    """One ``gpuhealth.report/v1`` report of the node's health."""
+    incident = health.incident
+    return Report.model_validate(
+        {
+            "node": node,
+            "seq": seq,
+            "sent_at": now,
+            "interval_s": max(interval_s, MIN_INTERVAL_S) if interval_s is not None else None,
+            "orchestrator": orchestrator,
+            "state": NodeState(health.state.value),
+            "verdict": verdict.model_copy(update={"findings": verdict.findings[:MAX_FINDINGS]}),
+            "incident": (
+                IncidentReport(
+                    id=incident.id,
+                    started_at=incident.started_at,
+                    reasons=incident.reasons,
+                    action=incident.action,
+                )
+                if incident is not None
+                else None
+            ),
+            "gpus": gpus,
+            "actions": actions,
+            "acknowledged_requests": acknowledged,
+        }
+    )
+
+
+def _action_name(step: Step) -> str:
+    return _STEP_ACTIONS.get(type(step).__name__, type(step).__name__.lower())
