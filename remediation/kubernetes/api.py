@@ -1,21 +1,36 @@
 """The requests the executor makes about its node, JSON in and JSON out, counted.
 
-The client's generated methods are typed for its model classes; we send plain JSON dicts (see ``bodies``)
-and read raw JSON back (``_preload_content=False``: no model round-trip, no snake_case), so this module is
-the one place where the client is used untyped.
+Requests go through ``ApiClient.param_serialize`` / ``call_api`` on the REST paths directly, not through
+``CoreV1Api``: the agent needs six endpoints, and importing the generated ``core_v1_api`` module costs about
+20 MiB of resident memory (the agent's budget is 80 MiB in all). The client still supplies what matters:
+configuration, authentication, TLS, the connection pool and ``ApiException``. Bodies are plain JSON dicts
+(see ``bodies``) and answers are read as raw JSON: no model round-trip, no snake_case.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from remediation.kubernetes.names import EVENT_NAMESPACE
 from remediation.kubernetes.node_view import JsonObject
+
+NODE_PATH = "/api/v1/nodes/{name}"
+NODE_STATUS_PATH = "/api/v1/nodes/{name}/status"
+NODES_PATH = "/api/v1/nodes"
+EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON = "application/json"
+# Watch events stay plain dicts: "object" is the client's name for "no model", and unlike no return type at
+# all it still lets ``Watch`` track the resourceVersion of every object and bookmark it sees.
+RAW_EVENTS = "object"
+
+Timeout = float | tuple[float, float]
 
 
 class NodeApi:
@@ -30,7 +45,7 @@ class NodeApi:
         request_timeout_s: float,
     ) -> None:
         self.node_name = node_name
-        self._core: Any = client.CoreV1Api(api_client)
+        self._client: Any = api_client  # untyped in the client
         self._field_manager = field_manager
         self._timeout = request_timeout_s
         self._lock = threading.Lock()
@@ -46,18 +61,12 @@ class NodeApi:
     def read(self) -> JsonObject:
         """GET the node."""
         self._count(mutating=False)
-        response = self._core.read_node(
-            self.node_name, _preload_content=False, _request_timeout=self._timeout
-        )
-        return _json(response)
+        return _json(self._request("GET", NODE_PATH))
 
     def list(self) -> tuple[JsonObject | None, str | None]:
         """LIST with a field selector on the node's name: (the node or None, the list's resourceVersion)."""
         self._count(mutating=False)
-        response = self._core.list_node(
-            field_selector=self.field_selector, _preload_content=False, _request_timeout=self._timeout
-        )
-        body = _json(response)
+        body = _json(self.list_nodes(field_selector=self.field_selector))
         items = body.get("items") or []
         version = (body.get("metadata") or {}).get("resourceVersion")
         return (items[0] if items else None), (str(version) if version is not None else None)
@@ -68,39 +77,22 @@ class NodeApi:
         return f"metadata.name={self.node_name}"
 
     def patch(self, body: JsonObject) -> JsonObject:
-        """Strategic merge patch of the node (the client's default for a dict body); returns the new node."""
+        """Strategic merge patch of the node; returns the new node."""
         self._count(mutating=True)
-        response = self._core.patch_node(
-            self.node_name,
-            body,
-            field_manager=self._field_manager,
-            _preload_content=False,
-            _request_timeout=self._timeout,
-        )
-        return _json(response)
+        return _json(self._write("PATCH", NODE_PATH, body, content_type=STRATEGIC_MERGE_PATCH))
 
     def patch_status(self, body: JsonObject) -> JsonObject:
         """Strategic merge patch of the node's ``status`` subresource; returns the new node."""
         self._count(mutating=True)
-        response = self._core.patch_node_status(
-            self.node_name,
-            body,
-            field_manager=self._field_manager,
-            _preload_content=False,
-            _request_timeout=self._timeout,
-        )
-        return _json(response)
+        return _json(self._write("PATCH", NODE_STATUS_PATH, body, content_type=STRATEGIC_MERGE_PATCH))
 
     def create_event(self, body: JsonObject) -> None:
         """POST a core/v1 Event in the node Events' namespace."""
         self._count(mutating=True)
-        self._core.create_namespaced_event(
-            EVENT_NAMESPACE,
-            body,
-            field_manager=self._field_manager,
-            _preload_content=False,
-            _request_timeout=self._timeout,
-        )
+        response = self._write("POST", EVENTS_PATH, body, content_type=JSON)
+        # The created Event is not needed, but its body must be read before the connection can be reused.
+        response.drain_conn()
+        response.release_conn()
 
     def watch(self, resource_version: str | None, timeout_s: int) -> NodeStream:
         """Open a watch of the node from ``resource_version`` that the server ends after ``timeout_s``."""
@@ -108,7 +100,7 @@ class NodeApi:
         return NodeStream(self, resource_version, timeout_s)
 
     def stream_events(self, stream: Any, resource_version: str | None, timeout_s: int) -> Iterator[Any]:
-        """The client's ``Watch.stream`` over ``list_node`` with bookmarks (used by :class:`NodeStream`)."""
+        """The client's ``Watch.stream`` over :meth:`list_nodes`, with bookmarks (for :class:`NodeStream`)."""
         kwargs: dict[str, Any] = {
             "field_selector": self.field_selector,
             "timeout_seconds": timeout_s,
@@ -118,8 +110,68 @@ class NodeApi:
         }
         if resource_version is not None:
             kwargs["resource_version"] = resource_version
-        events: Iterator[Any] = stream.stream(self._core.list_node, **kwargs)
+        events: Iterator[Any] = stream.stream(self.list_nodes, **kwargs)
         return events
+
+    def list_nodes(
+        self,
+        *,
+        field_selector: str,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_watch_bookmarks: bool = False,
+        watch: bool = False,
+        _preload_content: bool = False,
+        _request_timeout: Timeout | None = None,
+    ) -> Any:
+        """GET /api/v1/nodes as an unread HTTP response, with ``list_node``'s keywords.
+
+        ``Watch.stream`` calls it the way it calls the generated method: ``watch=True`` makes the answer a
+        stream of events, and ``_preload_content`` is accepted because the watch passes it (the body is never
+        read here in any case).
+        """
+        query: list[tuple[str, str]] = [("fieldSelector", field_selector)]
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if timeout_seconds is not None:
+            query.append(("timeoutSeconds", str(timeout_seconds)))
+        if allow_watch_bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        if watch:
+            query.append(("watch", "true"))
+        return self._request("GET", NODES_PATH, query=query, timeout=_request_timeout)
+
+    def _write(self, method: str, path: str, body: JsonObject, *, content_type: str) -> Any:
+        query = [("fieldManager", self._field_manager)]
+        return self._request(method, path, query=query, body=body, content_type=content_type)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: JsonObject | None = None,
+        content_type: str | None = None,
+        timeout: Timeout | None = None,
+    ) -> Any:
+        """One request; the unread urllib3 response on 2xx, else the client's ``ApiException`` subclass."""
+        headers = {"Accept": JSON} | ({"Content-Type": content_type} if content_type else {})
+        path_params: Mapping[str, str] = {"name": self.node_name, "namespace": EVENT_NAMESPACE}
+        request = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            path_params={key: value for key, value in path_params.items() if "{" + key + "}" in path},
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(*request, _request_timeout=timeout or self._timeout)
+        if not 200 <= response.status <= 299:
+            response.read()  # the exception carries the server's Status body, as the generated methods do
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
 
 
 class NodeStream:
@@ -127,7 +179,7 @@ class NodeStream:
 
     def __init__(self, api: NodeApi, resource_version: str | None, timeout_s: int) -> None:
         watch_module: Any = watch  # untyped in the client
-        self._watch: Any = watch_module.Watch()
+        self._watch: Any = watch_module.Watch(return_type=RAW_EVENTS)
         self._events = api.stream_events(self._watch, resource_version, timeout_s)
         self._start_version = resource_version
 
