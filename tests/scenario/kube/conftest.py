@@ -1,33 +1,17 @@
-"""Fixtures of the runbook scenarios; the rig itself is ``scenario_rig.py`` (see its docstring).
-
-The suite runs with ``--import-mode=importlib``, under which test modules cannot import their siblings: the
-rig is loaded once here (conftest files load before the modules they serve) and registered by name.
-"""
+"""Fixtures of the runbook scenarios; the rig itself is ``tests/support/scenario_rig.py`` (see its docstring)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
+from scenario_rig import GpuNode
 
 from sim.clock import ManualClock
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim
-
-_NAME = "scenario_rig"
-
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_NAME, Path(__file__).with_name(f"{_NAME}.py"))
-    assert _spec is not None and _spec.loader is not None
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules[_NAME] = _module
-    _spec.loader.exec_module(_module)
-
-from scenario_rig import GpuNode  # noqa: E402 - registered just above
 
 
 @pytest.fixture

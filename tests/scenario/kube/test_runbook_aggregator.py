@@ -5,20 +5,14 @@ sender thread's part with ``deliver()``, one step at a time, the way a runbook r
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import uvicorn
+from live_aggregator import LiveAggregator
 from scenario_rig import NODE, GpuNode
 
 from agent.aggregator_link import AggregatorLink
-from aggregator.app import create_app
-from aggregator.settings import load_settings as aggregator_settings
 from remediation.aggregator_client import AggregatorClient
 from sim.clock import ManualClock
 
@@ -27,48 +21,12 @@ HANG_GUARD_S = 10.0
 HEARTBEAT_S = 60.0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class LiveAggregator:
-    """The real aggregator app under uvicorn on a thread; ``stop()`` / ``start()`` keep port and database."""
-
-    def __init__(self, database: Path, clock: ManualClock) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "token": TOKEN}
-        self._clock = clock
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> LiveAggregator:
-        app = create_app(aggregator_settings(environ={}, **self._settings), now=self._clock.now)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not self._server.started:
-            assert time.monotonic() < deadline, "the aggregator did not start"
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(HANG_GUARD_S)
-        self._server = None
-
-
 @pytest.fixture
 def aggregator(
     tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[LiveAggregator]:
     """A running aggregator, and every agent started from now on pointed at it."""
-    live = LiveAggregator(tmp_path / "aggregator.db", clock).start()
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN).start()
     monkeypatch.setenv("GPUHEALTH_AGGREGATOR__URL", live.url)
     monkeypatch.setenv("GPUHEALTH_AGGREGATOR__HEARTBEAT_S", str(HEARTBEAT_S))
     monkeypatch.setenv("GPUHEALTH_AGGREGATOR__TIMEOUT_S", "2")

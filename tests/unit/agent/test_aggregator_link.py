@@ -5,15 +5,13 @@ test's manual clock. The node executor is a stateful fake at our own seam."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-import uvicorn
+from live_aggregator import LiveAggregator, free_port
 
 from agent.aggregator_link import AggregatorLink
 from agent.backends.fake_nvml import FakeNvml
@@ -23,9 +21,7 @@ from agent.permit_gate import PermitGate, PermitPurposeError, withhold_unpermitt
 from agent.report_outbox import ReportOutbox
 from agent.settings import AgentSettings, HttpSettings, SettingsError, aggregator_token
 from agent.wiring import build_agent
-from aggregator.app import create_app
 from aggregator.models import Report
-from aggregator.settings import load_settings as aggregator_settings
 from checks.findings import Action, Status, Verdict
 from remediation.aggregator_client import AggregatorClient
 from remediation.plan import facts_after
@@ -35,45 +31,6 @@ from sim.clock import ManualClock
 NODE = "gpu-node-0"
 TOKEN = "unit-test-token"
 HANG_GUARD_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class LiveAggregator:
-    """The real aggregator app under uvicorn on a thread; ``stop()`` / ``start()`` keep port and database."""
-
-    def __init__(self, database: Path, clock: ManualClock, **settings: object) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "token": TOKEN, **settings}
-        self._clock = clock
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> LiveAggregator:
-        app = create_app(aggregator_settings(environ={}, **self._settings), now=self._clock.now)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not self._server.started:
-            assert time.monotonic() < deadline, "the aggregator did not start"
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(HANG_GUARD_S)
-        self._server = None
-
-    def client(self) -> AggregatorClient:
-        return AggregatorClient(self.url, TOKEN, timeout_s=5.0, retries=1)
 
 
 class FakeNode:
@@ -106,7 +63,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def aggregator(tmp_path: Path, clock: ManualClock) -> Iterator[LiveAggregator]:
-    live = LiveAggregator(tmp_path / "aggregator.db", clock).start()
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN).start()
     yield live
     live.stop()
 
