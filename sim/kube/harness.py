@@ -131,9 +131,18 @@ class KubeSim:
         bookmark_interval_s: float = 1.0,
         controller_options: Any = None,
         controller_interval_s: float = 0.1,
+        workloads: bool = False,
     ) -> None:
-        """``controllers``: True for all default controllers, False for none, or the names to enable."""
+        """``controllers``: True for all default controllers, False for none, or the names to enable.
+
+        ``workloads``: also serve the training-job operators' custom resources (JobSet, TrainJob,
+        PyTorchJob, Kueue, Volcano; ``sim.kube.workload_crds``), which their controllers then run.
+        """
         self.clock: Clock = clock or RealClock()
+        if workloads:
+            from sim.kube.workload_crds import WORKLOAD_CRDS
+
+            custom_resources = [*custom_resources, *WORKLOAD_CRDS]
         self.registry = ResourceRegistry.with_builtins(custom_resources)
         self.store = MemoryStore(self.registry, self.clock, history_size=history_size)
         self.faults = FaultInjector(self.clock)

@@ -13,36 +13,66 @@ from typing import Any
 from sim.kube.controllers.daemonset import DaemonSetController
 from sim.kube.controllers.disruption import DisruptionController
 from sim.kube.controllers.job import JobController
+from sim.kube.controllers.jobset import JobSetController
 from sim.kube.controllers.kubelet import Kubelet
+from sim.kube.controllers.kueue import KueueController
 from sim.kube.controllers.namespace import NamespaceBootstrap
+from sim.kube.controllers.pytorchjob import PyTorchJobController
 from sim.kube.controllers.scheduler import Scheduler
 from sim.kube.controllers.taint_manager import TaintManager
+from sim.kube.controllers.trainjob import TrainJobController
+from sim.kube.controllers.volcano import VolcanoJobController
+from sim.kube.controllers.workload_common import ForegroundDeletion
 from sim.kube.protocols import Controller
 
 __all__ = [
     "CONTROLLER_NAMES",
+    "WORKLOAD_CONTROLLER_NAMES",
     "DaemonSetController",
     "DisruptionController",
+    "ForegroundDeletion",
     "JobController",
+    "JobSetController",
     "Kubelet",
+    "KueueController",
     "NamespaceBootstrap",
+    "PyTorchJobController",
     "Scheduler",
     "TaintManager",
+    "TrainJobController",
     "UnknownControllerError",
+    "VolcanoJobController",
     "default_controllers",
 ]
 
 # Run order within one manager pass: placement before start, start before the workload controllers read
-# pod states, budgets last so they see this pass's pods.
+# pod states, the training-job operators after the Job controller whose Jobs they read, budgets last so
+# they see this pass's pods. The workload controllers do nothing unless their custom resources are served
+# (``KubeSim(workloads=True)``).
 _FACTORIES: dict[str, Callable[[], Controller]] = {
     "scheduler": Scheduler,
     "kubelet": Kubelet,
     "taint-manager": TaintManager,
     "daemonset": DaemonSetController,
     "job": JobController,
+    "trainjob": TrainJobController,
+    "kueue": KueueController,
+    "jobset": JobSetController,
+    "pytorchjob": PyTorchJobController,
+    "volcano": VolcanoJobController,
+    "foreground-deletion": ForegroundDeletion,
     "disruption": DisruptionController,
 }
 CONTROLLER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+WORKLOAD_CONTROLLER_NAMES: tuple[str, ...] = (
+    "trainjob",
+    "kueue",
+    "jobset",
+    "pytorchjob",
+    "volcano",
+    "foreground-deletion",
+)
+"""The training-job operators' controllers (issue 6); switch them off with ``enabled=`` like any other."""
 
 
 class UnknownControllerError(ValueError):
