@@ -32,7 +32,12 @@ import yaml
 
 from sim.kube import errors
 from sim.kube.conversion import from_stored, to_stored
-from sim.kube.disruption import EvictionDecision, disruption_target_condition, eviction_decision
+from sim.kube.disruption import (
+    EvictionDecision,
+    disruption_target_condition,
+    eviction_decision,
+    matching_pdbs,
+)
 from sim.kube.errors import ApiError
 from sim.kube.patch import PatchError, json_merge_patch, json_patch, strategic_merge, supports_strategic_merge
 from sim.kube.protocols import Conflict, KubeObject
@@ -621,8 +626,10 @@ class KubeApi:
                 Target(target.resource_type, target.version, target.namespace, target.name)
             )
             pod = entry.copy()
-            pdbs = self.store.list("poddisruptionbudgets.policy", target.namespace)
-            pods = self.store.list("pods", target.namespace)
+            pdbs = matching_pdbs(pod, self.store.list("poddisruptionbudgets.policy", target.namespace))
+            # The namespace's pods matter only to a budget that covers this pod; copying thousands of them
+            # for every eviction would make the emulator, not the client, the drain's bottleneck.
+            pods = self.store.list("pods", target.namespace) if pdbs else []
             decision = eviction_decision(pod, pdbs, pods)
             if not decision.allowed:
                 raise _refusal(decision)

@@ -67,6 +67,7 @@ VARIATIONS: dict[str, dict[str, Any]] = {
         "serviceAccount": {"create": False, "name": "gpu-agent"},
         "admissionPolicy": {"enabled": False},
     },
+    "drain-on": {"drain": {"enabled": True}},
 }
 
 MINIMAL_GRANTS = {
@@ -79,6 +80,16 @@ MINIMAL_GRANTS = {
     ("", "events", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+}
+
+# What drain adds (drain.enabled): list the node's pods, evict them, read DaemonSets and budgets.
+DRAIN_GRANTS = {
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods/eviction", "create"),
+    ("apps", "daemonsets", "get"),
+    ("policy", "poddisruptionbudgets", "get"),
+    ("policy", "poddisruptionbudgets", "list"),
 }
 
 
@@ -429,8 +440,17 @@ def granted(objects: list[Manifest]) -> set[tuple[str, str, str]]:
 @pytest.mark.parametrize("variation", VARIATIONS)
 def test_cluster_role_grants_exactly_the_minimal_set(render: Render, variation: str) -> None:
     """nodes get/list/watch/patch, nodes/status patch, events create/patch (core and events.k8s.io): nothing
-    else, no wildcard, in any variation (a new grant must be a deliberate change of this test)."""
-    assert granted(render(VARIATIONS[variation])) == MINIMAL_GRANTS
+    else, no wildcard, in any variation (a new grant must be a deliberate change of this test); the drain's
+    grants only where drain is enabled."""
+    values = VARIATIONS[variation]
+    expected = MINIMAL_GRANTS | (DRAIN_GRANTS if values.get("drain", {}).get("enabled") else set())
+    assert granted(render(values)) == expected
+
+
+def test_drain_grants_appear_only_with_drain_enabled(render: Render) -> None:
+    """Default: no pod, eviction, DaemonSet or budget permission at all; drain on: exactly those added."""
+    assert not granted(render()) & DRAIN_GRANTS
+    assert granted(render({"drain": {"enabled": True}})) - MINIMAL_GRANTS == DRAIN_GRANTS
 
 
 def test_cluster_role_is_bound_to_the_agent_service_account(render: Render) -> None:
