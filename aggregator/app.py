@@ -21,6 +21,8 @@ from sqlalchemy.exc import DBAPIError
 
 from agent.snapshot import utc_now
 from aggregator import breaker, permits
+from aggregator.alerts import api as alerts_api
+from aggregator.alerts.worker import DeliveryWorker
 from aggregator.batching import ReportWriter
 from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.metrics import AggregatorMetrics
@@ -85,10 +87,13 @@ def create_app(
     db = database or open_database(settings)
     metrics = AggregatorMetrics(db, now)
     writer = ReportWriter(db, settings, now)
+    alert_worker = DeliveryWorker(db, settings, now)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        alert_worker.start()
         yield
+        alert_worker.stop()
         writer.stop()
         db.dispose()
 
@@ -128,6 +133,7 @@ def create_app(
         _register_breaker,
     ):
         register(app, ctx)
+    alerts_api.register(app, db=db, now=now, dependencies=ctx.api, responses=ERRORS)
     return app
 
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy import Connection, distinct, func, select, update
 
+from aggregator.alerts import raising
 from aggregator.models import BreakerStatus
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
@@ -72,11 +73,15 @@ def evaluate(conn: Connection, settings: AggregatorSettings, now: datetime) -> b
     if tripped:
         record_event(conn, at=now, kind="breaker_tripped", message=reason, details={"unhealthy": unhealthy})
         log.warning("breaker tripped", reason=reason)
+        raising.breaker_tripped(conn, reason=reason, now=now)
     return True
 
 
 def reset(conn: Connection, *, requested_by: str, reason: str, now: datetime) -> None:
     """Close the breaker (a human's decision); earlier transitions stop counting."""
+    was_tripped = conn.execute(
+        select(fleet_control.c.breaker_tripped).where(fleet_control.c.id == 1)
+    ).scalar_one()
     conn.execute(
         update(fleet_control)
         .where(fleet_control.c.id == 1)
@@ -85,6 +90,8 @@ def reset(conn: Connection, *, requested_by: str, reason: str, now: datetime) ->
     message = f"breaker reset by {requested_by}" + (f": {reason}" if reason else "")
     record_event(conn, at=now, kind="breaker_reset", message=message, details={"requested_by": requested_by})
     log.warning("breaker reset", requested_by=requested_by)
+    if was_tripped:
+        raising.breaker_reset(conn, requested_by=requested_by, now=now)
 
 
 def status(conn: Connection, settings: AggregatorSettings, now: datetime) -> BreakerStatus:

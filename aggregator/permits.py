@@ -18,10 +18,11 @@ import structlog
 from sqlalchemy import Connection, and_, func, select, update
 
 from aggregator import breaker
+from aggregator.alerts import raising
 from aggregator.models import BudgetStatus, Permit, PermitRefusal, PermitRequest
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
-from aggregator.store.tables import nodes, permits
+from aggregator.store.tables import events, nodes, permits
 
 log = structlog.get_logger(__name__)
 
@@ -99,11 +100,32 @@ def request_permit(
             details={"code": refusal.code, "action": request.action.value},
         )
         log.info("permit refused", node=request.node, code=refusal.code)
+        _alert_if_refused_too_long(conn, request.node, refusal.code, settings, now)
         return Decision(refusal=refusal)
     held = conn.execute(select(permits).where(permits.c.node == request.node, active_clause(now))).first()
     if held is not None:
         return Decision(permit=permit_from_row(held, now))
     return Decision(permit=_grant(conn, request, settings, now))
+
+
+def _alert_if_refused_too_long(
+    conn: Connection, node: str, code: str, settings: AggregatorSettings, now: datetime
+) -> None:
+    """Alert once per streak of refusals (since the node's last grant) that has lasted past the threshold."""
+    last_grant = conn.execute(
+        select(func.max(events.c.id)).where(events.c.node == node, events.c.kind == "permit_granted")
+    ).scalar_one()
+    first = conn.execute(
+        select(events.c.id, events.c.at)
+        .where(events.c.node == node, events.c.kind == "permit_refused", events.c.id > (last_grant or 0))
+        .order_by(events.c.id)
+        .limit(1)
+    ).first()
+    if first is None or (now - first.at).total_seconds() < settings.alert_permit_refused_after_s:
+        return
+    raising.permit_refused_long(
+        conn, node=node, code=code, refused_since=first.at, streak=int(first.id), now=now
+    )
 
 
 def _known_node(conn: Connection, name: str) -> str | None:

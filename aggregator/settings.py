@@ -6,13 +6,16 @@ Every field has a default and a one-line description; docs/configuration.md list
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from aggregator.alerts.config import RouteSettings, SinkSettings
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 
@@ -87,6 +90,42 @@ class AggregatorSettings(BaseModel):
     )
     repeat_offender_days: float = Field(default=7.0, gt=0, description="The repeat-offender period, in days.")
     db_pool_size: int = Field(default=10, ge=1, description="Database connections per aggregator process.")
+    alert_sinks: list[SinkSettings] = Field(
+        default_factory=list, description="Alert receivers (docs/alerts.md); a JSON list in the environment."
+    )
+    alert_routes: list[RouteSettings] = Field(
+        default_factory=list, description="Which alerts go to which sinks; none: every alert to every sink."
+    )
+    alert_poll_s: float = Field(
+        default=1.0, gt=0, description="How often the delivery worker looks for work."
+    )
+    alert_permit_refused_after_s: float = Field(
+        default=900.0, gt=0, description="Alert when a node's permits have been refused for this long."
+    )
+    alert_link_url: str | None = Field(
+        default=None, description="Base URL on-call can open (e.g. the aggregator's); links in alerts."
+    )
+
+    @field_validator("alert_sinks", "alert_routes", mode="before")
+    @classmethod
+    def _json_from_environment(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError("must be a JSON list") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _routes_name_sinks(self) -> AggregatorSettings:
+        names = [sink.name for sink in self.alert_sinks]
+        if len(set(names)) != len(names):
+            raise ValueError("alert sink names must be unique")
+        for route in self.alert_routes:
+            unknown = sorted(set(route.sinks) - set(names))
+            if unknown:
+                raise ValueError(f"alert route names unknown sink(s): {', '.join(unknown)}")
+        return self
 
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:

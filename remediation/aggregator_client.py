@@ -17,6 +17,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from aggregator.alerts.models import AlertView, Delivery, Silence, SilenceCreate
 from aggregator.models import (
     BreakerStatus,
     Event,
@@ -205,6 +206,28 @@ class AggregatorClient:
         """Close the breaker (recorded with who and why)."""
         body = {"requested_by": requested_by, "reason": reason}
         return self._call("POST", "/v1/breaker/reset", BreakerStatus, json=body)
+
+    def alerts(self, *, failed: bool = False, limit: int = 100) -> list[AlertView]:
+        """Alerts newest first with their deliveries; ``failed``: only those dead-lettered somewhere."""
+        params = _params(failed="true" if failed else None, limit=limit)
+        return self._call_list("GET", "/v1/alerts", AlertView, params=params)
+
+    def retry_delivery(self, delivery_id: int) -> Delivery:
+        """Send a dead-lettered alert delivery again now."""
+        return self._call("POST", f"/v1/alerts/deliveries/{delivery_id}/retry", Delivery)
+
+    def silences(self, *, active_only: bool = True) -> list[Silence]:
+        """Silences, newest first."""
+        params = _params(active=None if active_only else "false")
+        return self._call_list("GET", "/v1/silences", Silence, params=params)
+
+    def silence(self, body: SilenceCreate) -> Silence:
+        """Mute alerts about a node or a label selector for a while (not retried)."""
+        return self._call("POST", "/v1/silences", Silence, json=body.model_dump(mode="json"))
+
+    def remove_silence(self, silence_id: int) -> Silence:
+        """End a silence now (idempotent)."""
+        return self._call("DELETE", f"/v1/silences/{silence_id}", Silence, retry=True)
 
     # --- plumbing ---------------------------------------------------------------------------------------
 

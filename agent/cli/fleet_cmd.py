@@ -1,5 +1,5 @@
 """On-call commands that ask the aggregator: ``status``, ``node``, ``events``, ``quarantine``, ``release``,
-``breaker``.
+``breaker``, ``alerts`` and ``silence``.
 
 The aggregator's URL and token come from ``--url`` / ``--token``, else ``GPUHEALTH_AGGREGATOR_URL`` /
 ``GPUHEALTH_TOKEN``, else the ``client:`` section (``aggregator_url``, ``token`` or ``token_file``) of the
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.console import Console
 
+    from aggregator.alerts.models import AlertView, Silence
     from aggregator.models import BreakerStatus, Event, FleetSummary, NodeDetail, NodeRequest
     from remediation.aggregator_client import AggregatorClient
 
@@ -81,6 +84,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     breaker.add_argument("--reason", default="", help="why it is being reset (recorded)")
     breaker.add_argument("--by", default=None, help="who resets it (default: your user name)")
     breaker.set_defaults(handler=run_breaker)
+    _register_alert_commands(subparsers, common)
+
+
+def _register_alert_commands(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    alerts = subparsers.add_parser("alerts", parents=[common], help="alerts and their deliveries")
+    alerts.add_argument("--failed", action="store_true", help="only alerts dead-lettered at some sink")
+    alerts.add_argument("--retry", type=int, metavar="ID", help="send this dead-lettered delivery again")
+    alerts.add_argument("--limit", type=int, default=50, help="at most this many alerts (default 50)")
+    alerts.set_defaults(handler=run_alerts)
+
+    silence = subparsers.add_parser(
+        "silence", parents=[common], help="mute alerts about a node or a label selector for a while"
+    )
+    silence.add_argument("name", metavar="NODE", nargs="?", help="the node to silence")
+    silence.add_argument(
+        "--selector", action="append", default=[], metavar="KEY=VALUE", help="node label (repeatable)"
+    )
+    silence.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d")
+    silence.add_argument("--reason", help="why (shown with the silence)")
+    silence.add_argument("--by", default=None, help="who silences (default: your user name)")
+    silence.add_argument("--list", action="store_true", help="list the active silences")
+    silence.add_argument("--remove", type=int, metavar="ID", help="end this silence now")
+    silence.set_defaults(handler=run_silence)
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -159,14 +187,101 @@ def _who(args: argparse.Namespace) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """``gpuhealth status``."""
+    """``gpuhealth status`` (with the active silences)."""
+    from remediation.aggregator_client import NotFound
+
     with _client(args) as client:
         summary = client.summary()
+        try:
+            silences = client.silences()
+        except NotFound:  # an aggregator from before alerts: no silences to show
+            silences = []
     if args.json:
-        _print_json(summary)
+        data = summary.model_dump(mode="json") | {"silences": [s.model_dump(mode="json") for s in silences]}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         print_summary(summary, _now())
+        print_silences(silences, _now(), headline=False)
     return 0
+
+
+def run_alerts(args: argparse.Namespace) -> int:
+    """``gpuhealth alerts [--failed] [--retry ID]``."""
+    with _client(args) as client:
+        if args.retry is not None:
+            delivery = client.retry_delivery(args.retry)
+            if args.json:
+                _print_json(delivery)
+            else:
+                print(f"delivery {delivery.id} to {delivery.sink} queued again")
+            return 0
+        alerts = client.alerts(failed=args.failed, limit=args.limit)
+    if args.json:
+        _print_json(alerts)
+    else:
+        print_alerts(alerts, _now())
+    return 0
+
+
+_DURATION = re.compile(r"^\s*\d{1,9}\s*[smhdw]\s*$")
+
+
+def run_silence(args: argparse.Namespace) -> int:
+    """``gpuhealth silence NODE|--selector K=V --for 2h --reason TEXT``, ``--list``, ``--remove ID``."""
+    if args.list or args.remove is not None:
+        with _client(args) as client:
+            if args.remove is not None:
+                removed = client.remove_silence(args.remove)
+            else:
+                silences = client.silences()
+        if args.remove is not None:
+            if args.json:
+                _print_json(removed)
+            else:
+                print(f"silence {removed.id} ended")
+        elif args.json:
+            _print_json(silences)
+        else:
+            print_silences(silences, _now(), headline=True)
+        return 0
+    body = _silence_body(args)
+    with _client(args) as client:
+        silence = client.silence(body)
+    if args.json:
+        _print_json(silence)
+    else:
+        print(f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M}Z")
+    return 0
+
+
+def _silence_body(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from aggregator.alerts.models import SilenceCreate
+    from aggregator.timespec import parse_since
+
+    if not args.duration or not _DURATION.match(args.duration):
+        raise CliError("--for: give a duration such as 30m, 2h or 1d", 2)
+    if not args.reason:
+        raise CliError("--reason is required", 2)
+    if bool(args.name) == bool(args.selector):
+        raise CliError("give either NODE or --selector KEY=VALUE, not both", 2)
+    selector: dict[str, str] = {}
+    for item in args.selector:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--selector: expected KEY=VALUE, got {item!r}", 2)
+        selector[key] = value
+    now = _now()
+    seconds = (now - parse_since(args.duration, now)).total_seconds()
+    try:
+        return SilenceCreate(
+            node=args.name, selector=selector, duration_s=seconds, reason=args.reason, created_by=_who(args)
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise CliError(f"invalid silence {where}: {first['msg']}".replace(" : ", ": "), 2) from exc
 
 
 def run_node(args: argparse.Namespace) -> int:
@@ -368,4 +483,59 @@ def print_events(events: list[Event], now: datetime, console: Console | None = N
     table = _table("WHEN", "NODE", "KIND", "WHAT")
     for event in events:
         table.add_row(_when(event.at, now), Text(event.node or "-"), event.kind, Text(event.message))
+    console.print(table)
+
+
+def _silence_target(silence: Silence) -> str:
+    if silence.node:
+        return silence.node
+    return ",".join(f"{key}={value}" for key, value in sorted(silence.selector.items()))
+
+
+def print_silences(silences: list[Silence], now: datetime, *, headline: bool) -> None:
+    """Active silences: what is muted, until when, why."""
+    console = _console()
+    if not silences:
+        if headline:
+            console.print("no active silences")
+        return
+    console.print(f"[yellow]silenced ({len(silences)}):[/]")
+    table = _table("ID", "WHAT", "UNTIL", "BY", "REASON")
+    for silence in silences:
+        table.add_row(
+            str(silence.id),
+            Text(_silence_target(silence)),
+            _when(silence.ends_at, now),
+            Text(silence.created_by),
+            Text(silence.reason),
+        )
+    console.print(table)
+
+
+def print_alerts(alerts: list[AlertView], now: datetime) -> None:
+    """One row per alert with each sink's delivery state."""
+    console = _console()
+    if not alerts:
+        console.print("no alerts")
+        return
+    table = _table("WHEN", "KIND", "SEVERITY", "WHAT", "DELIVERIES")
+    for alert in alerts:
+        if alert.silence_id is not None:
+            deliveries = f"silenced ({alert.silence_id})"
+        else:
+            deliveries = (
+                "; ".join(
+                    f"#{d.id} {d.sink}: {d.status}"
+                    + (
+                        f" after {d.attempts} ({d.last_error})"
+                        if d.status != "delivered" and d.attempts
+                        else ""
+                    )
+                    for d in alert.deliveries
+                )
+                or "no route"
+            )
+        table.add_row(
+            _when(alert.created_at, now), alert.kind, alert.severity, Text(alert.summary), Text(deliveries)
+        )
     console.print(table)

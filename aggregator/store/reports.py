@@ -14,11 +14,13 @@ import structlog
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from aggregator import breaker
+from aggregator.alerts import raising
 from aggregator.models import BAD_STATES, NodeState, Report, ReportAck
 from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import insert_ignoring_conflict, record_event
 from aggregator.store.tables import events, incidents, nodes, requests
+from checks.findings import Action
 
 log = structlog.get_logger(__name__)
 
@@ -129,7 +131,11 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
     """Open, update or close incident rows so they follow the agent's open incident."""
     incident = report.incident
     if previous_id is not None and (incident is None or incident.id != previous_id):
-        conn.execute(update(incidents).where(incidents.c.id == previous_id).values(ended_at=now))
+        closed = update(incidents).where(incidents.c.id == previous_id).values(ended_at=now)
+        closed_action = conn.execute(closed.returning(incidents.c.action)).scalar_one_or_none()
+        raising.incident_resolved(
+            conn, node=report.node, incident_id=previous_id, action=closed_action or "none", now=now
+        )
         record_event(
             conn,
             at=now,
@@ -141,7 +147,9 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
     if incident is None:
         return None
     values = {"reasons": list(incident.reasons), "action": incident.action.value}
-    existing = conn.execute(select(incidents.c.node).where(incidents.c.id == incident.id)).first()
+    existing = conn.execute(
+        select(incidents.c.node, incidents.c.action).where(incidents.c.id == incident.id)
+    ).first()
     if existing is None:
         conn.execute(
             incidents.insert().values(
@@ -159,13 +167,46 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
             details=values,
         )
         log.info("incident opened", node=report.node, incident=incident.id)
+        raising.incident_opened(
+            conn,
+            node=report.node,
+            incident_id=incident.id,
+            action=incident.action.value,
+            reasons=list(incident.reasons),
+            gpus=_failing_gpus(report),
+            labels=report.labels,
+            now=now,
+        )
     elif existing.node != report.node:
         # An id that belongs to another node is an agent's bug; keep the two histories apart.
         log.warning("incident id of another node ignored", node=report.node, incident=incident.id)
         return None
     else:
         conn.execute(update(incidents).where(incidents.c.id == incident.id).values(ended_at=None, **values))
+        _alert_if_escalated(conn, report, previous_action=existing.action, now=now)
     return incident.id
+
+
+def _alert_if_escalated(conn: Connection, report: Report, *, previous_action: str, now: datetime) -> None:
+    incident = report.incident
+    assert incident is not None
+    if incident.action.rank > Action(previous_action).rank:
+        raising.incident_escalated(
+            conn,
+            node=report.node,
+            incident_id=incident.id,
+            previous_action=previous_action,
+            action=incident.action.value,
+            reasons=list(incident.reasons),
+            gpus=_failing_gpus(report),
+            labels=report.labels,
+            now=now,
+        )
+
+
+def _failing_gpus(report: Report) -> list[str]:
+    """GPUs named by the report's non-ok findings, for the alert text."""
+    return sorted({f.gpu for f in report.verdict.findings if f.gpu and f.status != "ok"})
 
 
 def _record_timeline(
@@ -255,6 +296,7 @@ def _repeat_offender_hold(
         conn, at=now, kind="repeat_offender", node=node, message=reason, details={"incidents": count}
     )
     log.warning("repeat offender held", node=node, incidents=count)
+    raising.repeat_offender(conn, node=node, incidents=count, reason=reason, now=now)
     return reason
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -150,3 +151,57 @@ fleet_control = Table(
     Column("reset_at", UtcDateTime, nullable=True),
     Column("reset_by", String(128), nullable=True),
 )
+
+# --- alerts (migration 0002) ---------------------------------------------------------------------------
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("key", String(255), nullable=False, unique=True),
+    Column("kind", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("group_key", String(255), nullable=False),
+    Column("node", String(253), nullable=True),
+    Column("incident_id", String(128), nullable=True),
+    Column("summary", Text, nullable=False),
+    Column("details", JSON, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("silence_id", IdType, nullable=True),
+    Column("routed", Boolean, nullable=False),
+)
+Index("ix_alerts_routed", alerts.c.routed)
+Index("ix_alerts_created_at", alerts.c.created_at)
+
+alert_deliveries = Table(
+    "alert_deliveries",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("alert_id", IdType, ForeignKey("alerts.id"), nullable=False),
+    Column("sink", String(64), nullable=False),
+    Column("group_key", String(255), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UtcDateTime, nullable=False),
+    Column("claimed_until", UtcDateTime, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("delivered_at", UtcDateTime, nullable=True),
+    UniqueConstraint("alert_id", "sink", name="uq_alert_deliveries_alert_sink"),
+)
+Index("ix_alert_deliveries_status_sink", alert_deliveries.c.status, alert_deliveries.c.sink)
+
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node", String(253), nullable=True),
+    Column("selector", JSON, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_by", String(128), nullable=False),
+    Column("starts_at", UtcDateTime, nullable=False),
+    Column("ends_at", UtcDateTime, nullable=False),
+    Column("removed_at", UtcDateTime, nullable=True),
+)
+Index("ix_silences_ends_at", silences.c.ends_at)
