@@ -1,36 +1,28 @@
 """The requests the executor makes about its node, JSON in and JSON out, counted.
 
-Requests go through ``ApiClient.param_serialize`` / ``call_api`` on the REST paths directly, not through
-``CoreV1Api``: the agent needs six endpoints, and importing the generated ``core_v1_api`` module costs about
-20 MiB of resident memory (the agent's budget is 80 MiB in all). The client still supplies what matters:
-configuration, authentication, TLS, the connection pool and ``ApiException``. Bodies are plain JSON dicts
-(see ``bodies``) and answers are read as raw JSON: no model round-trip, no snake_case.
+Requests go through ``rest.RestClient`` on the REST paths directly, not through ``CoreV1Api`` (see ``rest``
+for why). Bodies are plain JSON dicts (see ``bodies``) and answers are read as raw JSON: no model round-trip,
+no snake_case.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
 
 from remediation.kubernetes.names import EVENT_NAMESPACE
 from remediation.kubernetes.node_view import JsonObject
+from remediation.kubernetes.rest import JSON, STRATEGIC_MERGE_PATCH, RestClient, Timeout, parse_json
 
 NODE_PATH = "/api/v1/nodes/{name}"
 NODE_STATUS_PATH = "/api/v1/nodes/{name}/status"
 NODES_PATH = "/api/v1/nodes"
 EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON = "application/json"
 # Watch events stay plain dicts: "object" is the client's name for "no model", and unlike no return type at
 # all it still lets ``Watch`` track the resourceVersion of every object and bookmark it sees.
 RAW_EVENTS = "object"
-
-Timeout = float | tuple[float, float]
 
 
 class NodeApi:
@@ -45,28 +37,27 @@ class NodeApi:
         request_timeout_s: float,
     ) -> None:
         self.node_name = node_name
-        self._client: Any = api_client  # untyped in the client
+        self._rest = RestClient(api_client, request_timeout_s=request_timeout_s)
         self._field_manager = field_manager
         self._timeout = request_timeout_s
-        self._lock = threading.Lock()
-        self.requests_total = 0
-        self.writes_total = 0
 
-    def _count(self, *, mutating: bool) -> None:
-        with self._lock:
-            self.requests_total += 1
-            if mutating:
-                self.writes_total += 1
+    @property
+    def requests_total(self) -> int:
+        """Every request sent (watches included)."""
+        return self._rest.requests_total
+
+    @property
+    def writes_total(self) -> int:
+        """Mutating requests sent."""
+        return self._rest.writes_total
 
     def read(self) -> JsonObject:
         """GET the node."""
-        self._count(mutating=False)
-        return _json(self._request("GET", NODE_PATH))
+        return parse_json(self._request("GET", NODE_PATH))
 
     def list(self) -> tuple[JsonObject | None, str | None]:
         """LIST with a field selector on the node's name: (the node or None, the list's resourceVersion)."""
-        self._count(mutating=False)
-        body = _json(self.list_nodes(field_selector=self.field_selector))
+        body = parse_json(self.list_nodes(field_selector=self.field_selector))
         items = body.get("items") or []
         version = (body.get("metadata") or {}).get("resourceVersion")
         return (items[0] if items else None), (str(version) if version is not None else None)
@@ -78,17 +69,14 @@ class NodeApi:
 
     def patch(self, body: JsonObject) -> JsonObject:
         """Strategic merge patch of the node; returns the new node."""
-        self._count(mutating=True)
-        return _json(self._write("PATCH", NODE_PATH, body, content_type=STRATEGIC_MERGE_PATCH))
+        return parse_json(self._write("PATCH", NODE_PATH, body, content_type=STRATEGIC_MERGE_PATCH))
 
     def patch_status(self, body: JsonObject) -> JsonObject:
         """Strategic merge patch of the node's ``status`` subresource; returns the new node."""
-        self._count(mutating=True)
-        return _json(self._write("PATCH", NODE_STATUS_PATH, body, content_type=STRATEGIC_MERGE_PATCH))
+        return parse_json(self._write("PATCH", NODE_STATUS_PATH, body, content_type=STRATEGIC_MERGE_PATCH))
 
     def create_event(self, body: JsonObject) -> None:
         """POST a core/v1 Event in the node Events' namespace."""
-        self._count(mutating=True)
         response = self._write("POST", EVENTS_PATH, body, content_type=JSON)
         # The created Event is not needed, but its body must be read before the connection can be reused.
         response.drain_conn()
@@ -96,7 +84,6 @@ class NodeApi:
 
     def watch(self, resource_version: str | None, timeout_s: int) -> NodeStream:
         """Open a watch of the node from ``resource_version`` that the server ends after ``timeout_s``."""
-        self._count(mutating=False)
         return NodeStream(self, resource_version, timeout_s)
 
     def stream_events(self, stream: Any, resource_version: str | None, timeout_s: int) -> Iterator[Any]:
@@ -145,33 +132,11 @@ class NodeApi:
         query = [("fieldManager", self._field_manager)]
         return self._request(method, path, query=query, body=body, content_type=content_type)
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        body: JsonObject | None = None,
-        content_type: str | None = None,
-        timeout: Timeout | None = None,
-    ) -> Any:
-        """One request; the unread urllib3 response on 2xx, else the client's ``ApiException`` subclass."""
-        headers = {"Accept": JSON} | ({"Content-Type": content_type} if content_type else {})
-        path_params: Mapping[str, str] = {"name": self.node_name, "namespace": EVENT_NAMESPACE}
-        request = self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            path_params={key: value for key, value in path_params.items() if "{" + key + "}" in path},
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self._client.call_api(*request, _request_timeout=timeout or self._timeout)
-        if not 200 <= response.status <= 299:
-            response.read()  # the exception carries the server's Status body, as the generated methods do
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
-        return response.response
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request about this node (or its Events' namespace); the unread response on 2xx."""
+        path_params = {"name": self.node_name, "namespace": EVENT_NAMESPACE}
+        used = {key: value for key, value in path_params.items() if "{" + key + "}" in path}
+        return self._rest.request(method, path, path_params=used, **kwargs)
 
 
 class NodeStream:
@@ -197,9 +162,3 @@ class NodeStream:
     def stop(self) -> None:
         """End the stream now (shuts its socket; the iterating thread sees the end at once)."""
         self._watch.stop()
-
-
-def _json(response: Any) -> JsonObject:
-    data = response.data
-    parsed: JsonObject = json.loads(data) if data else {}
-    return parsed

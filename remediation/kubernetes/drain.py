@@ -32,7 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediation.kubernetes.bodies import cordon_patch
-from remediation.kubernetes.drain_api import DrainApi, JsonObject
+from remediation.kubernetes.drain_api import DrainApi
 from remediation.kubernetes.drain_policy import (
     FINISHED_PHASES,
     DrainMode,
@@ -43,6 +43,7 @@ from remediation.kubernetes.drain_policy import (
     is_job_pod,
 )
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
+from remediation.kubernetes.rest import JsonObject
 from remediation.kubernetes.retry import RetryPolicy, RetrySettings
 from sim.clock import Clock
 
