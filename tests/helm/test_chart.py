@@ -643,6 +643,30 @@ def test_agent_records_events_only_about_its_own_node(
     assert policies["events"].review(request, event, None).allowed is allowed
 
 
+@pytest.mark.parametrize(
+    ("kind", "reason", "allowed"),
+    [("JobSet", "GPUHealthRequeued", True), ("Job", "GPUHealthRequeued", True), ("JobSet", "Other", False)],
+)
+def test_with_requeue_on_the_agent_may_record_why_it_restarted_a_job(
+    render: Render, kind: str, reason: str, allowed: bool
+) -> None:
+    """The requeue's Event on the job is admitted only with requeue on, and only with its own reason."""
+    event = {
+        "metadata": {"name": "e1", "namespace": "ml"},
+        "involvedObject": {"kind": kind, "name": "train", "namespace": "ml"},
+        "reason": reason,
+    }
+    request = admission_request("CREATE", resource="events", group="")
+    for values, expected in (({"requeue": {"enabled": True}}, allowed), ({}, False)):
+        manifests = by_kind(render(values), "ValidatingAdmissionPolicy")
+        events = next(
+            m
+            for m in manifests
+            if m["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["events"]
+        )
+        assert PolicyUnderTest(events).review(request, event, None).allowed is expected, values
+
+
 # --- monitoring --------------------------------------------------------------------------------------------------
 
 
