@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -33,7 +33,7 @@ from checks.findings import Verdict
 from checks.runner import run_checks
 from remediation.executor import NodeExecutor
 from remediation.plan import RemediationMemory, RemediationPolicy, plan
-from remediation.steps import ApplyReport, EmitEvent, Step
+from remediation.steps import ApplyReport, Drain, EmitEvent, Requeue, Step, StepResult
 from sim.clock import Clock, RealClock
 
 if TYPE_CHECKING:
@@ -52,6 +52,26 @@ class SnapshotSource(Protocol):
     """Anything that reads one node snapshot and never raises for hardware trouble (``NvmlBackend``)."""
 
     def snapshot(self) -> NodeSnapshot: ...
+
+
+class DrainNews(Protocol):
+    """One update of a background drain (``remediation.kubernetes.drain_runner.DrainUpdate``)."""
+
+    @property
+    def incident_id(self) -> str: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def requeue(self) -> bool: ...
+
+
+@runtime_checkable
+class DrainingExecutor(Protocol):
+    """An executor that drains in the background and tells the loop how it went (the Kubernetes one)."""
+
+    def drain_updates(self) -> Sequence[DrainNews]: ...
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,7 @@ class Agent:
         report = self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
         if not self.dry_run:  # a dry run changes nothing, the state file included
             self._remember(planned.memory, report)
+            report.results.extend(self._drain_news())
             self._persist()
         seconds = time.perf_counter() - started
         self.metrics.record_tick(snapshot, verdict, report, seconds=seconds, dry_run=self.dry_run)
@@ -161,8 +182,35 @@ class Agent:
         gate = self.parts.permits
         if gate is not None and not self.dry_run:
             gate.observe_incident(health.incident.id if health.incident else None)
+            self._keep_drain_permit(gate, health)
         steps, notes = withhold_unpermitted(planned, gate)
         return tuple(steps), notes
+
+    def _drain_news(self) -> list[StepResult]:
+        """The background drain's outcome and requeue since the last pass, as results for the timeline."""
+        executor = self.parts.executor
+        if not isinstance(executor, DrainingExecutor):
+            return []
+        deadline_s = self.parts.policy.drain_deadline_s
+        return [
+            StepResult(
+                step=Requeue(news.incident_id) if news.requeue else Drain(news.incident_id, deadline_s),
+                ok=news.ok,
+                detail=news.detail,
+                attempts=0,
+            )
+            for news in executor.drain_updates()
+        ]
+
+    def _keep_drain_permit(self, gate: PermitGate, health: NodeHealth) -> None:
+        """While our drain of this incident runs, keep its permit renewed (the gate renews when asked)."""
+        incident = health.incident
+        held = gate.held
+        if incident is None or held is None or held.incident_id != incident.id:
+            return
+        state = getattr(self.parts.executor, "drain_state", None)
+        if state is not None and state.incident_id == incident.id and state.phase == "running":
+            gate.acquire("drain", incident.id)
 
     def _snapshot(self) -> NodeSnapshot:
         feed = self.parts.feed
@@ -181,8 +229,11 @@ class Agent:
         return feed.merge_kernel_events(snapshot) if feed is not None else snapshot
 
     def _remember(self, memory: RemediationMemory, report: ApplyReport) -> None:
-        """Keep the planner's new memory, except what it assumed about Events that failed to go out."""
-        self._memory = _unsent_events_forgotten(memory, report)
+        """Keep the planner's new memory, except what it assumed about Events that failed to go out and
+        drains that did not start (no permit, API server down): those are planned again."""
+        kept = _unsent_events_forgotten(memory, report)
+        can_drain = bool(getattr(self.parts.executor, "can_drain", False))
+        self._memory = _unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
 
     def _persist(self) -> None:
         if self.parts.store is None:
@@ -321,3 +372,20 @@ def _unsent_events_forgotten(memory: RemediationMemory, report: ApplyReport) -> 
         return memory
     kept = tuple(key for key in memory.emitted_events if key not in failed)
     return memory.model_copy(update={"emitted_events": kept})
+
+
+def _unstarted_drains_forgotten(
+    memory: RemediationMemory, previous: RemediationMemory, report: ApplyReport, *, can_drain: bool
+) -> RemediationMemory:
+    """The planner remembers a drain as started when it plans it. When it did not start — no permit let it
+    through (absent from the report), or the executor skipped it (API server down) — forget it, so a later
+    pass tries again. An executor that cannot drain at all keeps it remembered: asking again on every pass
+    would only repeat the refusal in the timeline."""
+    settled = {
+        r.step.incident_id for r in report.results if isinstance(r.step, Drain) and (r.ok or not can_drain)
+    }
+    unstarted = set(memory.drained) - set(previous.drained) - settled
+    if not unstarted:
+        return memory
+    kept = tuple(incident for incident in memory.drained if incident not in unstarted)
+    return memory.model_copy(update={"drained": kept})

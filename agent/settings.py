@@ -21,7 +21,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from agent.state_machine import DebounceConfig
 from checks.config import ChecksConfig
 from remediation.kubernetes import RetrySettings
+from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.plan import RemediationPolicy
+from remediation.requeue import RequeuePolicy
 
 ENV_PREFIX = "GPUHEALTH_"
 ENV_NESTED_DELIMITER = "__"
@@ -130,6 +132,13 @@ class AgentSettings(BaseSettings):
     )
     policy: RemediationPolicy = Field(
         default_factory=RemediationPolicy, description="What the agent may do to its node."
+    )
+    drain: DrainPolicy = Field(
+        default_factory=DrainPolicy, description="How the node is drained when policy.drain is on."
+    )
+    requeue: RequeuePolicy = Field(
+        default_factory=RequeuePolicy,
+        description="Per workload kind, after a drain: auto (restart when it would not), evict-only, off.",
     )
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="API access.")
     kernel_log: KernelLogSettings = Field(

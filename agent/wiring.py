@@ -30,6 +30,7 @@ from agent.state_store import StateStore
 from remediation.aggregator_client import AggregatorClient
 from remediation.executor import NodeExecutor
 from remediation.kubernetes import KubernetesExecutor, executor_from_kubeconfig
+from remediation.kubernetes.drain_runner import DrainSetup
 from remediation.plan_memory import RemediationMemory
 from sim.clock import Clock, RealClock
 
@@ -158,10 +159,18 @@ def _executor(settings: AgentSettings, api_client: ApiClient | None, clock: Cloc
         "retry": settings.kubernetes.retry,
         "resync_s": settings.kubernetes.resync_s,
         "clock": clock.now,
+        "drain": drain_setup(settings, clock),
     }
     if api_client is not None:
         return KubernetesExecutor(api_client, settings.node_name, **options)
     return executor_from_kubeconfig(settings.kubernetes.kubeconfig, settings.node_name, **options)
+
+
+def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:
+    """What the executor needs to drain the node, or None while ``policy.drain`` is off (the default)."""
+    if not settings.policy.drain:
+        return None
+    return DrainSetup(drain_policy=settings.drain, requeue_policy=settings.requeue, clock=clock)
 
 
 def _follower_factory(settings: KernelLogSettings) -> Any:

@@ -18,7 +18,11 @@ no steps at all (zero API writes). Rules (issue 4 point 3, CONTRACTS.md section 
 * Events (``policy.events``), each planned once per key, keys remembered across restarts:
   ``GPUHealthUnhealthy`` / ``GPUHealthQuarantined`` when an incident opens, ``GPUHealthEscalated`` when
   its action rises, ``GPUHealthRecovered`` when it closes, ``GPUHealthHumanOverride`` when a human overrides.
-* ``RequestPermit`` is not planned: mark + taint need no permit (permits come with the aggregator wiring).
+* Drain (``policy.drain``, off by default): when an incident whose action takes the node out of service is
+  open on an unhealthy or quarantined node, no human released it or lifted our cordon, and no drain was
+  started for it yet (``memory.drained``, ``facts.drained_incident``), the plan ends with
+  ``RequestPermit("drain", incident)`` then ``Drain(incident, policy.drain_deadline_s)``: the permit guards
+  the drain, and nothing else needs one. Never planned twice for one incident, whatever its outcome.
 
 The returned memory assumes the steps will be applied. Re-planning after a failed apply plans the same node
 changes again because they are diffed against facts; an Event is planned while its key is missing from
@@ -39,9 +43,11 @@ from remediation.plan_memory import RemediationMemory, remember
 from remediation.steps import (
     ConditionStatus,
     Cordon,
+    Drain,
     EmitEvent,
     NodeFacts,
     RemoveTaint,
+    RequestPermit,
     SetCondition,
     SetIncidentAnnotation,
     SetStateLabel,
@@ -59,6 +65,8 @@ __all__ = [
     "human_release_applies",
     "plan",
 ]
+
+_DRAINED_STATES = frozenset({NodeState.UNHEALTHY, NodeState.QUARANTINED})
 
 _CONDITION_STATUS: dict[NodeState, ConditionStatus] = {
     NodeState.HEALTHY: "True",
@@ -89,6 +97,13 @@ class RemediationPolicy(BaseModel):
     )
     events: bool = Field(
         default=True, description="Record Kubernetes Events (reason GPUHealth*) on the node."
+    )
+    drain: bool = Field(
+        default=False,
+        description="Drain the node (with a permit) when an incident takes it out of service; then requeue.",
+    )
+    drain_deadline_s: float = Field(
+        default=900.0, gt=0, description="The whole drain's deadline, in seconds (pods left then stay)."
     )
 
 
@@ -135,6 +150,7 @@ def plan(
     planner.mark()
     planner.annotate()
     planner.announce()
+    planner.drain()
     return PlanResult(steps=planner.steps, memory=planner.memory, notes=planner.notes)
 
 
@@ -158,6 +174,8 @@ def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
                 facts = replace(facts, unschedulable=False, cordoned_by_us=False)
             case SetIncidentAnnotation(incident_id=incident_id):
                 facts = replace(facts, incident_annotation=incident_id)
+            case Drain(incident_id=incident_id):  # the cordon follows when the background drain runs
+                facts = replace(facts, drained_incident=incident_id)
             case _:  # Events and permits leave the node object as it is
                 pass
     return facts
@@ -261,6 +279,25 @@ class _Planner:
         wanted = self.incident.id if self.incident is not None else None
         if self.facts.incident_annotation != wanted:
             self.steps.append(SetIncidentAnnotation(incident_id=wanted))
+
+    def drain(self) -> None:
+        """Permit then drain, once per incident; last in the plan because the permit guards what follows."""
+        incident = self.incident
+        if not self.policy.drain or incident is None or incident.id in self._drain_excluded():
+            return
+        if self.health.state not in _DRAINED_STATES or not incident.action.takes_node_out_of_service:
+            return
+        if self.memory.overridden(incident.id) or self.memory.uncordoned_by_human(incident.id):
+            self.notes.append(f"a human overrode {incident.id}: not draining the node")
+            return
+        self.steps.append(RequestPermit(purpose="drain", incident_id=incident.id))
+        self.steps.append(Drain(incident_id=incident.id, deadline_s=self.policy.drain_deadline_s))
+        self._remember(drained=remember(self.memory.drained, incident.id))
+
+    def _drain_excluded(self) -> set[str]:
+        """Incidents already drained, by our memory or by what the executor says it started."""
+        started = {self.facts.drained_incident} if self.facts.drained_incident else set()
+        return set(self.memory.drained) | started
 
     # -- events ------------------------------------------------------------------------------------------
 

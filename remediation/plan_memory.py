@@ -34,10 +34,17 @@ class RemediationMemory(BaseModel):
     emitted_events: tuple[str, ...] = Field(
         default=(), description="Keys of the Events already planned, so none is planned twice."
     )
+    drained: tuple[str, ...] = Field(
+        default=(), description="Incidents whose drain was started: never drained twice."
+    )
 
     def overridden(self, incident_id: str) -> bool:
         """True when a human released the node during this incident."""
         return incident_id in self.human_released
+
+    def was_drained(self, incident_id: str) -> bool:
+        """True when a drain was started for this incident (whatever its outcome)."""
+        return incident_id in self.drained
 
     def uncordoned_by_human(self, incident_id: str) -> bool:
         """True when a human lifted our cordon during this incident."""

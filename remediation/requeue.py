@@ -78,12 +78,12 @@ class RequeuePolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job: KindMode = KindMode.AUTO
-    jobset: KindMode = KindMode.AUTO
-    trainjob: KindMode = KindMode.AUTO
-    pytorchjob: KindMode = KindMode.AUTO
-    volcano_job: KindMode = KindMode.AUTO
-    kueue: KindMode = KindMode.AUTO
+    job: KindMode = Field(default=KindMode.AUTO, description="batch/v1 Jobs (no fallback: left to the Job).")
+    jobset: KindMode = Field(default=KindMode.AUTO, description="JobSets: suspend toggle when needed.")
+    trainjob: KindMode = Field(default=KindMode.AUTO, description="TrainJobs: suspend toggle when needed.")
+    pytorchjob: KindMode = Field(default=KindMode.AUTO, description="PyTorchJobs: delete the job's pods.")
+    volcano_job: KindMode = Field(default=KindMode.AUTO, description="Volcano Jobs: a RestartJob Command.")
+    kueue: KindMode = Field(default=KindMode.AUTO, description="Kueue-managed Jobs/JobSets: active toggle.")
     same_fault_window_s: float = Field(
         default=600.0,
         ge=0,

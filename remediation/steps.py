@@ -32,6 +32,7 @@ class NodeFacts:
     manual_release: str | None = (
         None  # gpuhealth.io/manual-release (incident id or timestamp a human released)
     )
+    drained_incident: str | None = None  # the incident this executor last drained for (running or done)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,25 @@ class RequestPermit:
     incident_id: str
 
 
+@dataclass(frozen=True)
+class Drain:
+    """Drain the node (cordon, evict per the drain policy), then requeue the jobs of the evicted pods.
+
+    Always planned behind ``RequestPermit("drain", incident_id)``; the executor runs it in the background
+    and ``apply`` answers at once. Named ``Drain`` so the aggregator's timeline shows the action ``drain``.
+    """
+
+    incident_id: str
+    deadline_s: float
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Never planned: the record under which the loop reports the requeue that followed a drain."""
+
+    incident_id: str
+
+
 Step = (
     SetCondition
     | SetStateLabel
@@ -104,6 +124,8 @@ Step = (
     | SetIncidentAnnotation
     | EmitEvent
     | RequestPermit
+    | Drain
+    | Requeue
 )
 
 

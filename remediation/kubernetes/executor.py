@@ -25,6 +25,7 @@ from kubernetes.config.config_exception import ConfigException
 from agent.snapshot import utc_now
 from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
+from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState, DrainUpdate
 from remediation.kubernetes.errors import KubeExecutorError
 from remediation.kubernetes.names import CORDONED_ANNOTATION
 from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
@@ -33,6 +34,7 @@ from remediation.kubernetes.retry import RetryPolicy, RetrySettings
 from remediation.steps import (
     ApplyReport,
     Cordon,
+    Drain,
     EmitEvent,
     NodeFacts,
     RemoveTaint,
@@ -44,6 +46,7 @@ from remediation.steps import (
     StepResult,
     Uncordon,
 )
+from sim.clock import RealClock
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +73,7 @@ class KubernetesExecutor:
         resync_s: float = 300.0,
         clock: Callable[[], datetime] = utc_now,
         sleep: Callable[[float], None] = time.sleep,
+        drain: DrainSetup | None = None,
     ) -> None:
         if not node_name:
             raise KubeExecutorError("the Kubernetes executor needs a node name (set NODE_NAME)")
@@ -89,6 +93,11 @@ class KubernetesExecutor:
         self._log = log.bind(node=node_name)
         self._watch = NodeWatch(self._api)
         self._watching = watch
+        self._drain = (
+            DrainRunner(api_client, node_name, drain, drain.clock or RealClock())
+            if drain is not None
+            else None
+        )
         if watch:
             self._watch.start()
 
@@ -100,6 +109,9 @@ class KubernetesExecutor:
         Before the node could ever be read (API server down since start), this is ``exists=False``: the
         planner then has nothing to act on, and the next tick tries again.
         """
+        return self._with_drain(self._observed_facts())
+
+    def _observed_facts(self) -> NodeFacts:
         if self._watching and self._watch.synced:
             return self._watch.facts()
         try:
@@ -156,6 +168,24 @@ class KubernetesExecutor:
     # --- extras for the agent loop and the benchmarks ----------------------------------------------------
 
     @property
+    def can_drain(self) -> bool:
+        """True when built with a ``DrainSetup``: a ``Drain`` step then starts a background drain."""
+        return self._drain is not None
+
+    @property
+    def drain_state(self) -> DrainState | None:
+        """The latest drain of this node (running or finished); None when none started or drain is off."""
+        return self._drain.state if self._drain is not None else None
+
+    def drain_updates(self) -> list[DrainUpdate]:
+        """The drain's news since the last call (started, outcome, requeue), each once, for the timeline."""
+        return self._drain.updates() if self._drain is not None else []
+
+    def wait_for_drain(self, timeout_s: float) -> bool:
+        """Wait for a running drain and its requeue to end; True when none runs."""
+        return self._drain.wait(timeout_s) if self._drain is not None else True
+
+    @property
     def writes_total(self) -> int:
         """Mutating requests sent (patches, Event creates), failed attempts included."""
         return self._api.writes_total
@@ -190,6 +220,8 @@ class KubernetesExecutor:
 
     def _apply_step(self, step: Step) -> tuple[StepResult, bool]:
         """The step's result, and whether it failed because the server is down or throttling us."""
+        if isinstance(step, Drain) and self._drain is None:
+            return StepResult(step=step, ok=False, detail="drain is not configured", attempts=0), False
         operation = self._operation(step)
         if operation is None:
             return StepResult(step=step, ok=True, detail="handled by the agent loop", attempts=0), False
@@ -216,6 +248,7 @@ class KubernetesExecutor:
             Cordon: self._cordon,
             Uncordon: self._uncordon,
             EmitEvent: self._emit_event,
+            Drain: self._start_drain,
         }
         handler = handlers.get(type(step))  # RequestPermit: the agent loop asks the aggregator
         return None if handler is None else functools.partial(handler, step)
@@ -278,6 +311,16 @@ class KubernetesExecutor:
                 return "already recorded"  # same key as an Event a previous run emitted: one Event
             raise
         return "event recorded"
+
+    def _start_drain(self, step: Drain) -> str:
+        assert self._drain is not None  # _apply_step answers for an executor without one
+        return self._drain.start(step.incident_id, step.deadline_s)
+
+    def _with_drain(self, facts: NodeFacts) -> NodeFacts:
+        state = self.drain_state
+        if state is None or not facts.exists:
+            return facts
+        return dataclasses.replace(facts, drained_incident=state.incident_id)
 
     # --- requests -----------------------------------------------------------------------------------------
 

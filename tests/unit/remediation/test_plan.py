@@ -394,8 +394,8 @@ def test_without_events_no_event_steps() -> None:
 def test_bad_policy_is_rejected() -> None:
     with pytest.raises(ValueError, match="taint_effect"):
         RemediationPolicy.model_validate({"taint_effect": "Evict"})
-    with pytest.raises(ValueError, match="drain"):
-        RemediationPolicy.model_validate({"drain": True})
+    with pytest.raises(ValueError, match="reboot"):
+        RemediationPolicy.model_validate({"reboot": True})
 
 
 # -- events across restarts and failures ----------------------------------------------------------------
