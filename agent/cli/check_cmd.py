@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -16,7 +17,7 @@ from agent.cli.common import default_node_name, load_yaml_mapping
 from agent.cli.errors import CliError
 from agent.cli.render import print_verdict
 from agent.snapshot import NodeSnapshot
-from checks.findings import Verdict
+from checks.findings import Finding, Verdict
 
 if TYPE_CHECKING:
     from checks.config import ChecksConfig
@@ -37,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="also judge the XID lines of a saved kernel log (dmesg, journald, syslog)",
     )
+    parser.add_argument(
+        "--dcgm-metrics",
+        metavar="FILE|URL",
+        help="also judge a dcgm-exporter /metrics page (saved text or live URL); alone, its GPUs are judged",
+    )
+    parser.add_argument("--dcgmi-diag", metavar="FILE", help="also judge a saved 'dcgmi diag -j' output")
     parser.add_argument("--config", metavar="FILE", help="YAML configuration (its 'checks' section is used)")
     parser.add_argument("--node", help="node name for a live check (default: $NODE_NAME or the hostname)")
     parser.add_argument(
@@ -50,10 +57,16 @@ def run_check(args: argparse.Namespace) -> int:
     from checks.runner import run_checks
 
     config = _load_checks_config(args.config)
-    snapshot = _read_snapshot(args)
+    page = _read_dcgm_page(args.dcgm_metrics) if args.dcgm_metrics else None
+    snapshot = _page_snapshot(args, page) if page is not None and not args.snapshot else _read_snapshot(args)
     if args.kernel_log:
         snapshot = _with_kernel_log(snapshot, args.kernel_log)
     verdict = run_checks(snapshot, config)
+    extra = _dcgm_findings(args, page, snapshot, config)
+    if extra:
+        from checks.dcgm import merge_findings
+
+        verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
     _print(verdict, snapshot, as_json=args.json)
     return verdict.exit_code
 
@@ -84,6 +97,67 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
     ) as backend:
         return backend.snapshot()
+
+
+def _read_dcgm_page(location: str) -> str | Finding:
+    """The page's text; an unreachable or erroring URL is an unknown finding, a bad file is exit 3."""
+    from agent.backends.dcgm_exporter import ExporterError, parse_metrics, read_page, unavailable
+
+    is_url = location.startswith(("http://", "https://"))
+    try:
+        text = read_page(location)
+    except ExporterError as exc:
+        return unavailable(str(exc))
+    except OSError as exc:
+        raise CliError(f"{location}: {exc.strerror or exc}", EXIT_UNKNOWN) from exc
+    if not is_url:
+        try:
+            parse_metrics(text)
+        except ExporterError as exc:
+            raise CliError(f"{location}: {exc}", EXIT_UNKNOWN) from exc
+    return text
+
+
+def _page_snapshot(args: argparse.Namespace, page: str | Finding) -> NodeSnapshot:
+    """With no --snapshot, the GPUs are the ones the page names (by UUID); the node is its host label."""
+    from agent.backends.dcgm_exporter import ExporterError, host_of, parse_metrics
+    from checks.dcgm_exporter import exporter_snapshot
+
+    gpus = []
+    if isinstance(page, str):
+        try:
+            gpus = parse_metrics(page)
+        except ExporterError:
+            gpus = []  # a garbled live page: judged below as one unknown finding
+    node = args.node or host_of(gpus) or default_node_name()
+    return exporter_snapshot(node, gpus)
+
+
+def _dcgm_findings(
+    args: argparse.Namespace, page: str | Finding | None, snapshot: NodeSnapshot, config: ChecksConfig
+) -> list[Finding]:
+    from agent.backends.dcgm_exporter import findings_for_page
+
+    found: list[Finding] = []
+    if isinstance(page, Finding):
+        found.append(page)
+    elif page is not None:
+        found.extend(findings_for_page(page, snapshot, config))
+    if args.dcgmi_diag:
+        found.extend(_diag_file_findings(args.dcgmi_diag, snapshot))
+    return found
+
+
+def _diag_file_findings(path: str, snapshot: NodeSnapshot) -> list[Finding]:
+    from checks.dcgmi import DcgmiOutputError, diag_findings, parse_diag
+
+    try:
+        result = parse_diag(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}", EXIT_UNKNOWN) from exc
+    except DcgmiOutputError as exc:
+        raise CliError(f"{path}: {exc}", EXIT_UNKNOWN) from exc
+    return diag_findings(result, {gpu.index: gpu.uuid for gpu in snapshot.gpus})
 
 
 def _with_kernel_log(snapshot: NodeSnapshot, path: str) -> NodeSnapshot:

@@ -1,0 +1,140 @@
+"""Findings from one dcgm-exporter page, judged by the same checks as NVML's readings.
+
+The exporter reads the same counters NVML does (through DCGM), so its readings are turned into a
+:class:`GpuSnapshot` and judged by the existing ECC, row-remap, PCIe and XID checks: one set of thresholds,
+one XID catalogue. Only the health-watch metric (``DCGM_EXP_GPU_HEALTH_STATUS``) is DCGM's own and maps
+to ``DCGM_HEALTH_<SYSTEM>`` (checks/dcgm.py). Every finding is re-labelled ``check: dcgm_exporter`` so a
+reader can tell where it came from; :func:`checks.dcgm.merge_findings` folds duplicates of NVML's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agent.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
+from checks.config import ChecksConfig
+from checks.dcgm import Grade, grade_from_value, health_finding
+from checks.findings import Finding
+from checks.memory import check_ecc, check_row_remap
+from checks.pcie import check_pcie
+from checks.xid import check_xid
+
+CHECK = "dcgm_exporter"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthWatch:
+    """One ``DCGM_EXP_GPU_HEALTH_STATUS`` series: a watch (PCIE, MEM, ALL...), its value and DCGM's code."""
+
+    system: str
+    value: float
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterGpu:
+    """What one dcgm-exporter page says about one GPU; ``None`` is "not exported" or a blank sentinel."""
+
+    index: int
+    uuid: str
+    name: str | None = None
+    pci_bus_id: str | None = None
+    hostname: str | None = None
+    dbe_volatile: int | None = None
+    dbe_aggregate: int | None = None
+    remapped_correctable: int | None = None
+    remapped_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    pcie_replays: int | None = None
+    last_xid: int | None = None
+    last_xid_message: str | None = None
+    xid_counts: Mapping[int, int] | None = None
+    health: Sequence[HealthWatch] = field(default_factory=tuple)
+
+    def as_snapshot_gpu(self) -> GpuSnapshot:
+        """The readings in snapshot form, so the NVML checks judge them with the same thresholds."""
+        ecc = None
+        if self.dbe_volatile is not None or self.dbe_aggregate is not None:
+            ecc = EccCounters(
+                volatile_uncorrected=self.dbe_volatile, aggregate_uncorrected=self.dbe_aggregate
+            )
+        rows = None
+        if any(
+            value is not None
+            for value in (
+                self.remapped_correctable,
+                self.remapped_uncorrectable,
+                self.remap_pending,
+                self.remap_failure,
+            )
+        ):
+            rows = RemappedRows(
+                correctable=self.remapped_correctable,
+                uncorrectable=self.remapped_uncorrectable,
+                pending=self.remap_pending,
+                failure=self.remap_failure,
+            )
+        pcie = PcieLink(replay_counter=self.pcie_replays) if self.pcie_replays is not None else None
+        return GpuSnapshot(
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            pci_bus_id=self.pci_bus_id,
+            ecc=ecc,
+            remapped_rows=rows,
+            pcie=pcie,
+            xid_events=self._xid_events(),
+        )
+
+    def _xid_events(self) -> list[XidEvent]:
+        """The window count series when exported (one event per record), else the last-XID gauge.
+
+        ``DCGM_EXP_XID_ERRORS_COUNT`` counts the XIDs of the exporter's sliding window, so a fault ages
+        out on its own; the ``DCGM_FI_DEV_XID_ERRORS`` gauge only holds the last XID seen and stays set
+        until DCGM restarts, hence the count series wins when both are there.
+        """
+        if self.xid_counts is not None:
+            return [
+                XidEvent(xid=xid, source="dcgm", gpu_uuid=self.uuid)
+                for xid, count in sorted(self.xid_counts.items())
+                if xid > 0
+                for _ in range(max(0, count))
+            ]
+        if self.last_xid is not None and self.last_xid > 0:
+            return [
+                XidEvent(xid=self.last_xid, source="dcgm", gpu_uuid=self.uuid, message=self.last_xid_message)
+            ]
+        return []
+
+
+def exporter_snapshot(node: str, gpus: Sequence[ExporterGpu]) -> NodeSnapshot:
+    """A snapshot of the GPUs a page names (``gpuhealth check --dcgm-metrics`` with no other snapshot)."""
+    return NodeSnapshot(node=node, gpus=[gpu.as_snapshot_gpu() for gpu in gpus])
+
+
+def exporter_findings(gpus: Sequence[ExporterGpu], config: ChecksConfig, *, node: str = "") -> list[Finding]:
+    """Every finding one exporter page supports, each labelled ``check: dcgm_exporter``."""
+    snapshot = exporter_snapshot(node, gpus)
+    found: list[Finding] = []
+    for check in (check_ecc, check_row_remap, check_pcie, check_xid):
+        found.extend(finding.model_copy(update={"check": CHECK}) for finding in check(snapshot, config))
+    for gpu, as_gpu in zip(gpus, snapshot.gpus, strict=True):
+        found.extend(_health_findings(gpu, as_gpu))
+    return found
+
+
+def _health_findings(gpu: ExporterGpu, as_gpu: GpuSnapshot) -> list[Finding]:
+    where = f"GPU {as_gpu.index}" + (f" ({as_gpu.pci_bus_id})" if as_gpu.pci_bus_id else "")
+    found: list[Finding] = []
+    for watch in gpu.health:
+        grade = grade_from_value(watch.value)
+        if grade is Grade.PASS:
+            continue
+        finding = health_finding(
+            watch.system, grade, gpu=gpu.uuid, where=where, detail=watch.error_code or "", check=CHECK
+        )
+        if finding is not None:
+            found.append(finding)
+    return found

@@ -1,0 +1,73 @@
+"""gpuhealth check --dcgm-metrics FILE|URL and --dcgmi-diag FILE, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
+
+
+def test_saved_page_alone_judges_the_gpus_it_names(run_cli: RunCli) -> None:
+    result = run_cli(
+        "check", "--dcgm-metrics", str(FIXTURES / "exporter-3.3.5-3.4.1-faults-pods.prom"), "--json"
+    )
+    assert result.returncode == 2, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["node"] == "gpu-node-03"
+    assert (verdict["status"], verdict["action"]) == ("fail", "reboot")
+    codes = [f["code"] for f in verdict["findings"]]
+    assert sorted(codes) == sorted(set(codes)), "one finding per GPU and code"
+
+
+def test_healthy_page_of_the_renamed_hostname_label_is_ok(run_cli: RunCli) -> None:
+    result = run_cli(
+        "check", "--dcgm-metrics", str(FIXTURES / "exporter-4.5-hostname-healthy.prom"), "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["node"] == "gpu-node-07"
+
+
+def test_garbled_file_is_one_line_and_exit_3(run_cli: RunCli) -> None:
+    result = run_cli("check", "--dcgm-metrics", str(FIXTURES / "garbled.prom"))
+    assert result.returncode == 3
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "garbled.prom" in result.stderr
+
+
+def test_unreachable_url_is_an_unknown_verdict(run_cli: RunCli) -> None:
+    result = run_cli("check", "--dcgm-metrics", "http://127.0.0.1:9/metrics", "--node", "n1", "--json")
+    assert result.returncode == 3
+    verdict = json.loads(result.stdout)
+    assert [(f["code"], f["status"]) for f in verdict["findings"]] == [
+        ("DCGM_EXPORTER_UNAVAILABLE", "unknown")
+    ]
+
+
+def test_diag_file_with_page_maps_diag_gpus_to_page_uuids(run_cli: RunCli) -> None:
+    result = run_cli(
+        "check",
+        "--dcgm-metrics",
+        str(FIXTURES / "exporter-4.5-hostname-healthy.prom"),
+        "--dcgmi-diag",
+        str(FIXTURES / "diag-4.2.3-r2-memory-fail.json"),
+        "--json",
+    )
+    assert result.returncode == 2, result.stderr
+    memory = next(f for f in json.loads(result.stdout)["findings"] if f["code"] == "DCGM_DIAG_MEMORY")
+    assert memory["gpu"] == "GPU-5c1f8d6e-0f8a-4c1e-9a55-3b7f2c9d0a11"
+
+
+def test_bad_diag_file_is_one_line_and_exit_3(run_cli: RunCli, tmp_path: Path) -> None:
+    bad = tmp_path / "diag.json"
+    bad.write_text("Error: unable to connect to host engine\n")
+    snapshot = Path(__file__).parents[1] / "fixtures" / "snapshots"
+    first = sorted(snapshot.glob("*.json"))[0]
+    result = run_cli("check", "--snapshot", str(first), "--dcgmi-diag", str(bad))
+    assert result.returncode == 3
+    assert result.stdout == ""
+    assert "diag.json" in result.stderr
