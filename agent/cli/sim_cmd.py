@@ -1,7 +1,8 @@
-"""``gpuhealth sim kube``: run the emulated Kubernetes API server in the foreground.
+"""``gpuhealth sim kube`` / ``gpuhealth sim nomad``: run an emulated orchestrator API in the foreground.
 
-It prints the server's URL, writes a kubeconfig that the official Python client and ``kubectl`` can use
-(plain HTTP on 127.0.0.1, a dummy token), and stops cleanly on Ctrl-C or SIGTERM.
+``kube`` prints the server's URL, writes a kubeconfig that the official Python client and ``kubectl`` can
+use (plain HTTP on 127.0.0.1, a dummy token). ``nomad`` prints the Nomad address (and, with ``--acl``, the
+management token on a second line). Both stop cleanly on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from agent.cli.errors import CliError
@@ -38,7 +40,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run without the simulated controllers (bare API server)",
     )
     kube.set_defaults(handler=run_kube)
+    _register_nomad(sim_sub)
     sim_parser.set_defaults(handler=_missing_simulator(sim_parser))
+
+
+def _register_nomad(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    nomad = sim_sub.add_parser(
+        "nomad",
+        help="emulated Nomad HTTP API with GPU client nodes (python-nomad compatible)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    nomad.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: a free port)")
+    nomad.add_argument("--nodes", type=int, default=16, metavar="N", help="GPU client nodes (default 16)")
+    nomad.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
+    nomad.add_argument("--acl", action="store_true", help="enforce ACLs; prints the management token")
+    nomad.set_defaults(handler=run_nomad)
 
 
 def _missing_simulator(parser: argparse.ArgumentParser) -> object:
@@ -54,6 +71,45 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CliError(f"--port must be between 0 and 65535, not {args.port}")
     if args.nodes < 0:
         raise CliError(f"--nodes must not be negative, not {args.nodes}")
+
+
+def _serve_until_signal(stop_server: Callable[[], None]) -> None:
+    """Block until SIGINT or SIGTERM, then stop the server and restore the previous handlers."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        stop_server()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_nomad(args: argparse.Namespace) -> int:
+    """Serve the emulated Nomad API until interrupted; 0 on a clean stop."""
+    _check_args(args)
+    if args.gpus_per_node < 0:
+        raise CliError(f"--gpus-per-node must not be negative, not {args.gpus_per_node}")
+    from sim.nomad.harness import NomadSim
+
+    sim = NomadSim(nodes=args.nodes, gpus_per_node=args.gpus_per_node, acl=args.acl, port=args.port)
+    try:
+        sim.start()
+    except OSError as error:
+        raise CliError(
+            f"cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}", EXIT_STARTUP_FAILED
+        ) from None
+    print(sim.address, flush=True)
+    if sim.management_token:
+        # The operator asked for it: this throwaway token exists only in this process.
+        print(f"management token: {sim.management_token}", flush=True)
+    _serve_until_signal(sim.stop)
+    return 0
 
 
 def run_kube(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""An emulated Nomad HTTP API (``sim/nomad``) for python-nomad, following the documented API semantics."""
