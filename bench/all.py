@@ -67,6 +67,17 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "fault_to_ineligible",
+        "Fault-to-ineligible latency on Nomad",
+        "An XID injected in the fake NVML of one agent in a fleet -> the node `ineligible`, seen by a "
+        "separate client's blocking query on the emulated Nomad: the same path as fault-to-taint, ending "
+        "in dynamic node metadata and an eligibility write through the node's local client agent.",
+        (
+            "Target: p99 <= 1 s, as on Kubernetes (issue: the Nomad executor).",
+            "Nomad's NVIDIA device plugin does no health checking at all (REFERENCE.md).",
+        ),
+    ),
+    Benchmark(
         "agent_resources",
         "Agent resident memory and CPU at steady state",
         "One agent process with 8 fake GPUs on its default 10 s interval, the emulated API in another "

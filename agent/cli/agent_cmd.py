@@ -1,10 +1,10 @@
 """``gpuhealth agent``: the per-node daemon (the DaemonSet runs it).
 
 Loads the settings (a YAML file plus GPUHEALTH_* environment variables), reads the GPUs through NVML,
-marks, taints and releases its own node through the Kubernetes API, and serves /metrics, /healthz and
-/readyz. Runs until SIGTERM or SIGINT, then stops the loop, the XID watcher, the kernel-log follower, the
-node watch and the HTTP endpoint. Without a GPU driver the loop reports the node as unknown; it does not
-crash.
+marks, taints and releases its own node through the Kubernetes or Nomad API, and serves /metrics,
+/healthz and /readyz. Runs until SIGTERM or SIGINT, then stops the loop, the XID watcher, the kernel-log
+follower, the node watch and the HTTP endpoint. Without a GPU driver the loop reports the node as unknown;
+it does not crash.
 """
 
 from __future__ import annotations
@@ -70,11 +70,14 @@ def _serve(settings: AgentSettings) -> int:
     from agent.http import AgentHttpServer
     from agent.wiring import build_agent
     from remediation.kubernetes import KubeExecutorError
+    from remediation.nomad_errors import NomadConfigError
 
     try:
         agent = build_agent(settings)
-    except (KubeExecutorError, OSError) as exc:  # no kubeconfig, not in a cluster, an unusable file
-        raise CliError(f"cannot start the agent: {exc}", EXIT_STARTUP_FAILED) from exc
+    except (KubeExecutorError, NomadConfigError) as exc:  # no kubeconfig / cluster; no Nomad client, token
+        raise CliError(f"cannot start the agent: {exc}", EXIT_STARTUP_FAILED) from None
+    except OSError as exc:  # an unusable file or device named by the settings
+        raise CliError(f"cannot start the agent: {exc}", EXIT_STARTUP_FAILED) from None
     server: AgentHttpServer | None = None
     if settings.http.enabled:
         try:

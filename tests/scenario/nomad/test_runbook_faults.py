@@ -1,0 +1,74 @@
+"""Runbook on Nomad: a GPU breaks, the node is made ineligible in the same pass and its metadata says why;
+it is repaired, it comes back. Each test reads as what an operator would see with ``nomad node status``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def test_xid_79_sets_metadata_and_makes_the_node_ineligible_in_the_same_tick(gpu_node: Any) -> None:
+    """XID 79 on GPU 3 -> gpuhealth.state=unhealthy, gpuhealth.incident, gpuhealth.unhealthy_gpus naming
+    GPU 3, and eligibility ineligible, all in the pass the XID woke."""
+    gpu_node.tick()
+    assert gpu_node.state() == "healthy" and gpu_node.eligible()
+
+    gpu_node.xid(79, gpu=3)
+    result = gpu_node.tick()
+
+    incident = result.health.incident
+    assert incident is not None
+    meta = gpu_node.meta()
+    assert meta["gpuhealth.state"] == "unhealthy"
+    assert meta["gpuhealth.incident"] == incident.id
+    assert meta["gpuhealth.unhealthy_gpus"] == gpu_node.nvml.gpu_uuids[3]
+    assert meta["gpuhealth.reason"] == "XID_79"
+    assert not gpu_node.eligible()
+    assert meta["gpuhealth.ineligible_by"] == "gpuhealth"
+
+
+def test_xid_13_changes_nothing_on_the_node(gpu_node: Any) -> None:
+    """XID 13 is the application's fault: not one write, the node index unchanged."""
+    gpu_node.ticks(3)
+    writes, index = gpu_node.writes(), gpu_node.index()
+
+    gpu_node.xid(13)
+    result = gpu_node.tick()
+
+    assert result.steps == ()
+    assert (gpu_node.writes(), gpu_node.index()) == (writes, index)
+    assert gpu_node.state() == "healthy" and gpu_node.eligible()
+
+
+def test_the_node_is_released_after_the_fault_clears_and_m_clean_readings_and_the_dwell(
+    gpu_node: Any,
+) -> None:
+    """Remap pending -> ineligible; GPU reset -> still ineligible until M clean readings and the dwell ->
+    eligible again, state healthy, the incident's keys gone."""
+    gpu_node.tick()
+    gpu_node.nvml.set_row_remap(2, pending=True)
+    gpu_node.tick()
+    assert not gpu_node.eligible()
+
+    gpu_node.nvml.reset_gpu(2)
+    gpu_node.ticks(gpu_node.clean_readings, every_s=1.0)
+    assert not gpu_node.eligible(), "released before the dwell time"
+
+    gpu_node.clock.advance(gpu_node.dwell_s)
+    result = gpu_node.tick()
+
+    assert result.health.incident is None
+    assert gpu_node.eligible()
+    meta = gpu_node.meta()
+    assert meta["gpuhealth.state"] == "healthy"
+    assert not {"gpuhealth.incident", "gpuhealth.unhealthy_gpus", "gpuhealth.ineligible_by"} & set(meta)
+
+
+def test_a_healthy_node_costs_zero_writes_over_many_ticks(gpu_node: Any) -> None:
+    """After the first pass marks the node healthy, an hour of passes writes nothing."""
+    gpu_node.tick()
+    writes, index = gpu_node.writes(), gpu_node.index()
+
+    gpu_node.ticks(360)
+
+    assert gpu_node.writes() == writes
+    assert gpu_node.index() == index
