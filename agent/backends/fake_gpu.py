@@ -71,6 +71,7 @@ class FakeGpu:
     enumerated: bool = True
     failing_code: int | None = None  # every query raises this code
     call_errors: dict[str, int] = field(default_factory=dict)  # one query raises a code
+    processes: dict[int, int] = field(default_factory=dict)  # compute process pid -> GPU memory in bytes
 
     @property
     def pci_bus_id(self) -> str:

@@ -39,6 +39,7 @@ from agent.backends.fake_structs import (
     FakeEventSet,
     FakeFieldValue,
     FakePciInfo,
+    FakeProcessInfo,
     FakeValue,
     InjectedXid,
 )
@@ -377,6 +378,12 @@ class FakeNvml:
             value=FakeValue.of(number if supported else 0),
         )
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[FakeProcessInfo]:
+        """The compute processes using the GPU now (see :meth:`start_process`)."""
+        with self._lock:
+            gpu = self._device(handle, "nvmlDeviceGetComputeRunningProcesses")
+            return [FakeProcessInfo(pid, used) for pid, used in sorted(gpu.processes.items())]
+
     # --- pynvml: events --------------------------------------------------------------------------------
 
     def nvmlEventSetCreate(self) -> FakeEventSet:
@@ -612,15 +619,27 @@ class FakeNvml:
         with self._lock:
             self.gpu(gpu).call_errors[function] = code
 
+    def start_process(self, gpu: int | str, pid: int, used_mib: int = 1024) -> None:
+        """A compute process (a training job) starts using the GPU."""
+        with self._lock:
+            self.gpu(gpu).processes[pid] = used_mib * 1024 * 1024
+
+    def end_process(self, gpu: int | str, pid: int) -> None:
+        """A compute process on the GPU exits (unknown pids are ignored, as an exited one would be)."""
+        with self._lock:
+            self.gpu(gpu).processes.pop(pid, None)
+
     def reset_gpu(self, gpu: int | str) -> None:
-        """What a GPU reset clears: volatile ECC counts, a pending row remap (now applied), pending page
-        retirement (now retired), the recovery action, NVLink state and counters, throttling. Aggregate
-        counts, remapped rows, retired pages and a failed remap stay. A lost GPU cannot be reset
-        (GPU_IS_LOST): it takes a reboot."""
+        """What a GPU reset clears: volatile ECC counts, a pending row remap (now applied: the row was
+        already counted), pending page retirement (now retired), the recovery action, NVLink state and
+        counters, throttling. Aggregate counts, remapped rows, retired pages and a failed remap stay. A lost
+        GPU cannot be reset (GPU_IS_LOST): it takes a reboot; nor one a process uses (IN_USE)."""
         with self._lock:
             target = self.gpu(gpu)
             if target.lost:
                 _raise(nvml.NVML_ERROR_GPU_IS_LOST)
+            if target.processes:
+                _raise(nvml.NVML_ERROR_IN_USE)
             for error_type, counter_type in target.ecc:
                 if counter_type == nvml.NVML_VOLATILE_ECC:
                     target.ecc[(error_type, counter_type)] = 0
@@ -632,12 +651,13 @@ class FakeNvml:
 
     def clear_faults(self, gpu: int | str) -> None:
         """The GPU repaired: a reset, plus it is back on the bus, its PCIe link at full width and speed,
-        no injected call failures. Aggregate counters and retired/remapped history stay."""
+        no injected call failures, no process on it. Aggregate counters and retired/remapped history stay."""
         with self._lock:
             target = self.gpu(gpu)
             target.lost = False
             target.failing_code = None
             target.call_errors.clear()
+            target.processes.clear()
             target.pcie_gen, target.pcie_width = self.profile.pcie_gen, self.profile.pcie_width
             self.reset_gpu(target.slot)
 
@@ -650,6 +670,7 @@ class FakeNvml:
             for gpu in self._gpus:
                 gpu.lost = False
                 gpu.failing_code = None
+                gpu.processes.clear()  # every process ended with the old boot
                 self.reset_gpu(gpu.slot)
             self.reload_driver()
 

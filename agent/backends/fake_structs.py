@@ -55,6 +55,16 @@ class FakeFieldValue:
     value: FakeValue
 
 
+@dataclass(frozen=True)
+class FakeProcessInfo:
+    """Like ``c_nvmlProcessInfo_t``: one compute process on a GPU (``usedGpuMemory`` in bytes)."""
+
+    pid: int
+    usedGpuMemory: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
 @dataclass(frozen=True, eq=False)
 class FakeDeviceHandle:
     """Stands for a ``c_nvmlDevice_t``: one per GPU, the same object on every lookup (like NVML's)."""

@@ -1,0 +1,211 @@
+"""The recovery steps' executor, and the composite that puts it beside the orchestrator's executor.
+
+:class:`RecoveringExecutor` is what the loop sees when recovery is on: ``Reset``, ``Reboot``,
+``WithdrawReboot`` and ``Validate`` go to :class:`LocalRecovery` (on this node, through its
+:class:`~agent.recovery.actions.NodeActions`), every other step to the wrapped orchestrator executor, in plan
+order. Its facts are the wrapped executor's plus what recovery needs: the incident whose drain has ended, the
+boot id, and the incident whose validation runs in the background. Anything else (``drain_updates``,
+``drain_state``, ``synced`` ...) is the wrapped executor's, so the loop needs no change for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from agent.recovery.actions import NodeActions
+from agent.recovery.background import BackgroundValidation
+from agent.recovery.commands import CommandOutcome
+from agent.recovery.reset import GpuResetter
+from remediation.executor import NodeExecutor
+from remediation.recovery_plan import RecoveryRules, retry_delay_s
+from remediation.steps import (
+    ApplyReport,
+    NodeFacts,
+    Reboot,
+    Reset,
+    Step,
+    StepResult,
+    Validate,
+    WithdrawReboot,
+)
+
+log = structlog.get_logger(__name__)
+
+RecoveryStep = Reset | Reboot | Validate | WithdrawReboot
+_RUNNING = "running"  # DrainPhase.RUNNING of a background drain (compared by value: no orchestrator import)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalRecoveryParts:
+    """What :class:`LocalRecovery` acts with: the NVML-checked resetter, the node's actions, the rules (for
+    the timeline's "next attempt in ..." and "no attempt left")."""
+
+    resetter: GpuResetter
+    actions: NodeActions
+    rules: RecoveryRules
+
+
+class LocalRecovery:
+    """Performs the recovery steps on this node; answers each with a ``StepResult``, never raises."""
+
+    def __init__(self, node: str, parts: LocalRecoveryParts, wake: threading.Event | None = None) -> None:
+        self._parts = parts
+        self.validation = BackgroundValidation(node, wake)
+        self._log = log.bind(node=node)
+
+    def boot_id(self) -> str | None:
+        """This boot's id, or None when it cannot be read."""
+        return self._parts.actions.boot_id()
+
+    def apply(self, step: RecoveryStep, *, dry_run: bool = False) -> StepResult:
+        """Reset, request or withdraw a reboot, or validate, as the step says (a dry run only says what it
+        would do). A validation that has to run a diagnostic answers ``pending``; see ``background.py``."""
+        if dry_run:
+            return StepResult(step, ok=True, detail=f"dry run: would {_describe(step)}", attempts=0)
+        if isinstance(step, Validate):
+            result = self._validate(step)
+        else:
+            outcome = self._attempt(step)
+            result = StepResult(step, ok=outcome.ok, detail=outcome.detail)
+        self._log.info(
+            "recovery_step",
+            step=type(step).__name__,
+            incident=step.incident_id,
+            ok=result.ok,
+            pending=result.pending,
+            detail=result.detail,
+        )
+        return result
+
+    def _attempt(self, step: Reset | Reboot | WithdrawReboot) -> CommandOutcome:
+        match step:
+            case Reset(gpus=gpus):
+                outcome = self._parts.resetter.reset(gpus)
+            case Reboot(incident_id=incident_id):
+                outcome = self._parts.actions.request_reboot(incident_id)
+            case WithdrawReboot(waited_s=waited_s):
+                withdrawn = self._parts.actions.withdraw_reboot()
+                detail = f"no reboot within {waited_s:g} s (same boot id)" + (
+                    f"; {withdrawn}" if withdrawn else ""
+                )
+                outcome = CommandOutcome(ok=False, detail=detail)
+        detail = f"attempt {step.attempt}: {outcome.detail}"
+        if not outcome.ok:
+            detail += "; " + _what_next(step.attempt, self._parts.rules)
+        return dataclasses.replace(outcome, detail=detail)
+
+    def _validate(self, step: Validate) -> StepResult:
+        ended = self.validation.take(step.incident_id)
+        if ended is not None:  # the background run's outcome, collected on this later pass
+            return StepResult(step, ok=ended.passed, detail=ended.detail)
+        prefix = ""
+        if step.after == "reboot":
+            prefix = "node came back (new boot id); "
+            self._parts.actions.withdraw_reboot()  # a sentinel left over (the boot normally clears it)
+        validator = self._parts.actions.validator
+        at_once = validator.immediate()
+        if at_once is not None:
+            return StepResult(step, ok=at_once.passed, detail=prefix + at_once.detail)
+        busy = self.validation.start(step.incident_id, validator.validate)
+        detail = busy or "diagnostic started in the background"
+        return StepResult(step, ok=busy is None, detail=prefix + detail, pending=True)
+
+
+def _what_next(attempt: int, rules: RecoveryRules) -> str:
+    """The timeline's hint after a failed attempt: when the next one runs, or that none is left."""
+    if attempt >= rules.max_attempts:
+        return "no attempt left: escalating to replace"
+    return f"next attempt in {retry_delay_s(attempt, rules):g} s"
+
+
+class RecoveringExecutor:
+    """The orchestrator's executor, with the recovery steps sent to :class:`LocalRecovery` instead."""
+
+    def __init__(self, wrapped: NodeExecutor, local: LocalRecovery) -> None:
+        self.wrapped = wrapped
+        self.local = local
+
+    def facts(self) -> NodeFacts:
+        facts = self.wrapped.facts()
+        if not facts.exists:
+            return facts
+        finished = facts.drain_finished_incident or _finished_drain(self.wrapped)
+        return dataclasses.replace(
+            facts,
+            drain_finished_incident=finished,
+            boot_id=self.local.boot_id(),
+            validation_running=self.local.validation.running,
+        )
+
+    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
+        """Each run of orchestrator steps goes to the wrapped executor at once; results keep plan order."""
+        report = ApplyReport()
+        batch: list[Step] = []
+        for step in steps:
+            if isinstance(step, Reset | Reboot | Validate | WithdrawReboot):
+                self._flush(batch, report, dry_run=dry_run)
+                report.results.append(self.local.apply(step, dry_run=dry_run))
+            else:
+                batch.append(step)
+        self._flush(batch, report, dry_run=dry_run)
+        return report
+
+    def _flush(self, batch: list[Step], report: ApplyReport, *, dry_run: bool) -> None:
+        if batch:
+            report.results.extend(self.wrapped.apply(batch, dry_run=dry_run).results)
+            batch.clear()
+
+    def wait_for_change(self, timeout_s: float) -> bool:
+        return self.wrapped.wait_for_change(timeout_s)
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+    # What the loop reads of an orchestrator executor, spelled out: a runtime protocol check
+    # (``DrainingExecutor``) looks at the class, not at ``__getattr__``.
+
+    def drain_updates(self) -> Sequence[Any]:
+        updates = getattr(self.wrapped, "drain_updates", None)
+        return list(updates()) if updates is not None else []
+
+    @property
+    def drain_state(self) -> Any:
+        return getattr(self.wrapped, "drain_state", None)
+
+    @property
+    def can_drain(self) -> bool:
+        return bool(getattr(self.wrapped, "can_drain", False))
+
+    @property
+    def synced(self) -> bool:
+        return bool(getattr(self.wrapped, "synced", True))
+
+    def __getattr__(self, name: str) -> Any:
+        # Other extras (wait_for_drain, writes_total ... for tests and benchmarks) stay the wrapped one's.
+        return getattr(self.wrapped, name)
+
+
+def _finished_drain(executor: NodeExecutor) -> str | None:
+    """The incident whose background drain has ended (complete, incomplete or failed), if any."""
+    state = getattr(executor, "drain_state", None)
+    if state is None or str(state.phase) == _RUNNING:
+        return None
+    incident: str = state.incident_id
+    return incident
+
+
+def _describe(step: RecoveryStep) -> str:
+    match step:
+        case Reset(gpus=gpus):
+            return f"reset {', '.join(gpus) if gpus else 'every GPU'}"
+        case Reboot():
+            return "request a reboot"
+        case Validate(after=after):
+            return f"validate the GPUs after the {after}"
+        case WithdrawReboot(attempt=attempt):
+            return f"withdraw the reboot request of attempt {attempt}"
