@@ -31,6 +31,7 @@ from aggregator.models import (
     STALE,
     BreakerReset,
     BreakerStatus,
+    DiagRequest,
     Event,
     FleetSummary,
     IncidentDetail,
@@ -49,7 +50,7 @@ from aggregator.models import (
     ReportAck,
 )
 from aggregator.settings import AggregatorSettings
-from aggregator.store import queries
+from aggregator.store import diag_requests, queries
 from aggregator.store import requests as node_requests
 from aggregator.store.engine import Database, open_database
 from aggregator.timespec import TimeSpecError, parse_since
@@ -247,6 +248,22 @@ def _register_requests(app: FastAPI, ctx: _Context) -> None:
     def release(node: NodePath, body: ManualRequest) -> NodeRequest:
         """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
         return manual(node, "release", body)
+
+    @app.post(
+        "/v1/nodes/{node}/diag",
+        response_model=NodeRequest,
+        status_code=201,
+        dependencies=ctx.api,
+        responses=ERRORS | NOT_FOUND,
+        tags=["on-call"],
+    )
+    def diag(node: NodePath, body: DiagRequest) -> NodeRequest:
+        """Ask the node's agent to run ``dcgmi diag -r LEVEL``; the outcome lands in the node's timeline."""
+        try:
+            with ctx.db.write() as conn:
+                return diag_requests.request_diag(conn, node, body, ctx.now())
+        except node_requests.UnknownNode as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
 
 
 def _register_history(app: FastAPI, ctx: _Context) -> None:

@@ -159,6 +159,7 @@ class RequestKind(StrEnum):
 
     QUARANTINE = "quarantine"
     RELEASE = "release"
+    DIAG = "diag"
 
 
 class NodeRequest(_Wire):
@@ -172,6 +173,8 @@ class NodeRequest(_Wire):
     created_at: datetime
     applied_at: datetime | None = None
     status: Literal["pending", "applied", "superseded"]
+    level: int | None = Field(default=None, description="diag only: the dcgmi diag level (1-4).")
+    force: bool = Field(default=False, description="diag only: run even while pods use the GPUs.")
 
 
 class ReportAck(_Wire):
@@ -192,6 +195,15 @@ class ManualRequest(_Body):
     """Body of ``POST /v1/nodes/{node}/quarantine`` and ``.../release``."""
 
     reason: Annotated[str, Field(min_length=1, max_length=1000)]
+    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+
+
+class DiagRequest(_Body):
+    """Body of ``POST /v1/nodes/{node}/diag``: run ``dcgmi diag -r LEVEL`` on the node."""
+
+    level: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description="dcgmi diag level (1-4).")
+    force: bool = Field(default=False, description="Run even while pods on the node use its GPUs.")
+    reason: Annotated[str, Field(min_length=1, max_length=1000)] = "requested by on-call"
     requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
 
 

@@ -198,6 +198,11 @@ class AggregatorClient:
         body = {"reason": reason, "requested_by": requested_by}
         return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json=body)
 
+    def diag(self, node: str, *, level: int, force: bool, reason: str, requested_by: str) -> NodeRequest:
+        """Ask the node's agent to run ``dcgmi diag -r LEVEL`` (a human's request; not retried)."""
+        body = {"level": level, "force": force, "reason": reason, "requested_by": requested_by}
+        return self._call("POST", f"/v1/nodes/{node}/diag", NodeRequest, json=body)
+
     def breaker_status(self) -> BreakerStatus:
         """The fleet circuit breaker."""
         return self._call("GET", "/v1/breaker", BreakerStatus, retry=True)

@@ -30,7 +30,16 @@ def _package_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree; each command module registers its own sub-commands."""
-    from agent.cli import agent_cmd, aggregator_cmd, check_cmd, demo_cmd, fleet_cmd, sim_cmd, snapshot_cmd
+    from agent.cli import (
+        agent_cmd,
+        aggregator_cmd,
+        check_cmd,
+        demo_cmd,
+        diag_cmd,
+        fleet_cmd,
+        sim_cmd,
+        snapshot_cmd,
+    )
 
     parser = OneLineArgumentParser(
         prog="gpuhealth",
@@ -49,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser),
     )
-    for module in (check_cmd, snapshot_cmd, agent_cmd, fleet_cmd, aggregator_cmd, demo_cmd, sim_cmd):
+    commands = (check_cmd, snapshot_cmd, agent_cmd, fleet_cmd, diag_cmd, aggregator_cmd, demo_cmd, sim_cmd)
+    for module in commands:
         module.register(subparsers)
     return parser
 

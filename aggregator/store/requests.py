@@ -1,7 +1,9 @@
-"""Manual quarantine / release requests that the node's agent fetches and applies.
+"""Manual quarantine / release (and diag) requests that the node's agent fetches and applies.
 
-A new request supersedes any still-pending one for the same node, so the agent only ever sees the human's
-latest intent. Releasing a node also lifts the repeat-offender hold: that is the human decision it waits for.
+A new request supersedes any still-pending one of the same family for the same node (quarantine and
+release are one family, diag another), so the agent only ever sees the human's latest intent, and asking
+for a diagnostic never cancels a quarantine. Releasing a node also lifts the repeat-offender hold: that is
+the human decision it waits for.
 """
 
 from __future__ import annotations
@@ -21,19 +23,43 @@ class UnknownNode(LookupError):
     """The node has never reported to this aggregator."""
 
 
+_FAMILIES: dict[str, tuple[str, ...]] = {
+    "quarantine": ("quarantine", "release"),
+    "release": ("quarantine", "release"),
+    "diag": ("diag",),
+}
+
+
 def create(
-    conn: Connection, node: str, *, kind: str, reason: str, requested_by: str, now: datetime
+    conn: Connection,
+    node: str,
+    *,
+    kind: str,
+    reason: str,
+    requested_by: str,
+    now: datetime,
+    params: dict[str, Any] | None = None,
 ) -> NodeRequest:
-    """Queue a request for the node's agent, superseding a pending one."""
+    """Queue a request for the node's agent, superseding a pending one of the same family."""
     conn.execute(
         update(requests)
-        .where(requests.c.node == node, requests.c.status == "pending")
+        .where(
+            requests.c.node == node,
+            requests.c.status == "pending",
+            requests.c.kind.in_(_FAMILIES.get(kind, (kind,))),
+        )
         .values(status="superseded", applied_at=now)
     )
     request_id = conn.execute(
         requests.insert()
         .values(
-            node=node, kind=kind, reason=reason, requested_by=requested_by, created_at=now, status="pending"
+            node=node,
+            kind=kind,
+            reason=reason,
+            requested_by=requested_by,
+            created_at=now,
+            status="pending",
+            params=params,
         )
         .returning(requests.c.id)
     ).scalar_one()
@@ -43,7 +69,7 @@ def create(
         kind=f"{kind}_requested",
         node=node,
         message=f"{kind} requested by {requested_by}: {reason}",
-        details={"request": request_id, "requested_by": requested_by},
+        details={"request": request_id, "requested_by": requested_by, **(params or {})},
     )
     return request_from_row(conn.execute(select(requests).where(requests.c.id == request_id)).one())
 
@@ -102,4 +128,6 @@ def request_from_row(row: Any) -> NodeRequest:
         created_at=row.created_at,
         applied_at=row.applied_at,
         status=row.status,
+        level=(row.params or {}).get("level"),
+        force=bool((row.params or {}).get("force", False)),
     )

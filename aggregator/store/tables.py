@@ -136,6 +136,7 @@ requests = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("applied_at", UtcDateTime, nullable=True),
     Column("status", String(16), nullable=False),
+    Column("params", JSON, nullable=True, comment="kind-specific: diag level and force (migration 0003)"),
 )
 Index("ix_requests_node_status", requests.c.node, requests.c.status)
 

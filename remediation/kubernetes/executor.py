@@ -27,6 +27,7 @@ from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
 from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState, DrainUpdate
 from remediation.kubernetes.errors import KubeExecutorError
+from remediation.kubernetes.idle import gpu_pods
 from remediation.kubernetes.names import CORDONED_ANNOTATION
 from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
 from remediation.kubernetes.node_watch import NodeWatch
@@ -184,6 +185,12 @@ class KubernetesExecutor:
     def wait_for_drain(self, timeout_s: float) -> bool:
         """Wait for a running drain and its requeue to end; True when none runs."""
         return self._drain.wait(timeout_s) if self._drain is not None else True
+
+    def gpu_pods(self) -> list[str]:
+        """Unfinished pods on the node that hold GPUs (one list; only when a diagnostic is due).
+
+        Raises IdleProbeError when the pods cannot be listed."""
+        return gpu_pods(self._api_client, self.node_name)
 
     @property
     def writes_total(self) -> int:
