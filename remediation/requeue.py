@@ -93,6 +93,12 @@ class RequeuePolicy(BaseModel):
         ),
     )
 
+    @property
+    def restarts_anything(self) -> bool:
+        """False when no kind is ``auto``: the requeue would only read owners it may not write (and, with
+        the chart's RBAC, may not even read), so the drain skips it."""
+        return any(self.mode_for(kind) is KindMode.AUTO for kind in WorkloadKind)
+
     def mode_for(self, kind: WorkloadKind) -> KindMode:
         """The configured mode of ``kind``."""
         mode: KindMode = getattr(self, kind.value)

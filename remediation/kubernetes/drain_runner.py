@@ -93,6 +93,7 @@ class DrainRunner:
             sleep=setup.sleep,
             observe_timeout_s=setup.requeue_observe_timeout_s,
         )
+        self._requeues = setup.requeue_policy.restarts_anything
         self._sleep = setup.sleep
         self._lock = threading.Lock()
         self._state: DrainState | None = None
@@ -158,7 +159,7 @@ class DrainRunner:
         evicted = [
             before[pod.uid] for pod in report.pods if pod.outcome in ACCEPTED_EVICTIONS and pod.uid in before
         ]
-        if evicted:
+        if evicted and self._requeues:
             self._requeue(evicted, incident_id)
 
     def _pods_by_uid(self) -> dict[str, JsonObject]:

@@ -72,10 +72,12 @@ def grants() -> Iterator[Callable[[dict[str, Any]], Grants]]:
 
 
 def test_requeue_grants_nothing_unless_enabled(grants: Callable[[dict[str, Any]], Grants]) -> None:
-    """Kinds switched on without requeue.enabled add nothing; enabled alone adds only reading Jobs."""
+    """A kind switched on without requeue.enabled is a contradiction the render refuses, naming it (rather
+    than silently granting nothing); enabled alone adds only reading Jobs."""
     default = grants({})
-    every_kind = dict.fromkeys(PER_KIND, True)
-    assert grants({"requeue": every_kind}) == default
+    for kind in PER_KIND:
+        with pytest.raises(helm.errors.HelmRenderError, match=f"requeue.{kind} needs requeue.enabled"):
+            grants({"requeue": {kind: True}})
     assert grants({"requeue": {"enabled": True}}) == default | BASE
 
 

@@ -63,5 +63,136 @@ app.kubernetes.io/part-of: gpuhealth
 {{/* The agent's configuration file: the values' `config` plus what the pod spec fixes (state dir, HTTP port). */}}
 {{- define "gpuhealth.configFile" -}}
 {{- $fixed := dict "state_dir" "/var/lib/gpuhealth" "http" (dict "enabled" true "host" "0.0.0.0" "port" (int .Values.metricsPort)) }}
-{{- toYaml (merge $fixed (deepCopy .Values.config)) }}
+{{- $config := merge $fixed (deepCopy .Values.config) }}
+{{- if .Values.recovery.enabled }}
+{{- $recovery := merge (dict "enabled" true "reboot" (dict "sentinel_path" (include "gpuhealth.rebootSentinel" .))) (deepCopy .Values.recovery.config) }}
+{{- $_ := set $config "recovery" $recovery }}
+{{- end }}
+{{- include "gpuhealth.drainConfig" (list . $config) }}
+{{- include "gpuhealth.featureConfig" (list . $config) }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+Drain and requeue (docs/drain.md, docs/requeue.md), added to the config dict passed in. drain.enabled turns
+the agent's policy.drain on (the same switch grants the drain's RBAC); the agent's own pods are this release's.
+The requeue modes mirror the requeue grants: a kind the agent may patch is auto, any other evict-only.
+*/}}
+{{- define "gpuhealth.drainConfig" -}}
+{{- $root := index . 0 }}
+{{- $config := index . 1 }}
+{{- $v := $root.Values }}
+{{- if $v.drain.enabled }}
+{{- $policy := get $config "policy" | default dict }}
+{{- $_ := set $policy "drain" true }}
+{{- $_ = set $policy "drain_deadline_s" $v.drain.deadlineSeconds }}
+{{- $_ = set $config "policy" $policy }}
+{{- $own := dict "agent_namespace" $root.Release.Namespace "agent_labels" (include "gpuhealth.selectorLabels" $root | fromYaml) }}
+{{- $_ = set $config "drain" (merge $own (deepCopy $v.drain.config)) }}
+{{- end }}
+{{- if or $v.drain.enabled $v.requeue.enabled }}
+{{- $rq := $v.requeue }}
+{{- $modes := dict }}
+{{- range $kind, $value := dict "job" true "jobset" $rq.jobset "trainjob" $rq.trainjob "pytorchjob" $rq.pytorchjob "volcano_job" $rq.volcano "kueue" $rq.kueue }}
+{{- $_ := set $modes $kind (ternary "auto" "evict-only" (and $rq.enabled $value)) }}
+{{- end }}
+{{- $_ := set $config "requeue" (merge $modes (deepCopy $rq.config)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Aggregator, DCGM and diagnostics, added to the config dict passed in. The aggregator's token is never here
+(an env var from its Secret); an exporter URL left empty comes from the env var set in daemonset.yaml.
+Diagnostics off means off: neither scheduled nor on-demand runs (the agent's default allows on-demand).
+*/}}
+{{- define "gpuhealth.featureConfig" -}}
+{{- $root := index . 0 }}
+{{- $config := index . 1 }}
+{{- $v := $root.Values }}
+{{- if $v.aggregator.url }}
+{{- $_ := set $config "aggregator" (merge (dict "url" $v.aggregator.url) (deepCopy $v.aggregator.config)) }}
+{{- end }}
+{{- $exporter := dict "enabled" $v.dcgm.exporter.enabled }}
+{{- if $v.dcgm.exporter.url }}
+{{- $_ := set $exporter "url" $v.dcgm.exporter.url }}
+{{- end }}
+{{- $dcgmi := dict "enabled" $v.dcgm.dcgmi.enabled "path" $v.dcgm.dcgmi.path }}
+{{- $_ := set $config "dcgm" (dict "exporter" $exporter "dcgmi" $dcgmi) }}
+{{- if $v.diagnostics.enabled }}
+{{- $_ = set $config "diagnostics" (merge (dict "enabled" $v.diagnostics.scheduled) (deepCopy $v.diagnostics.config)) }}
+{{- else }}
+{{- $_ = set $config "diagnostics" (dict "enabled" false "on_demand" false) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the agent's exporter URL comes from the node IP (an env var) rather than the config file. */}}
+{{- define "gpuhealth.exporterFromNodeIP" -}}
+{{- if and .Values.dcgm.exporter.enabled (not .Values.dcgm.exporter.url) }}true{{ end }}
+{{- end }}
+
+{{/* The aggregator URL the agent will use: aggregator.url, else a GPUHEALTH_AGGREGATOR__URL in extraEnv. */}}
+{{- define "gpuhealth.hasAggregator" -}}
+{{- if .Values.aggregator.url }}true{{ end }}
+{{- range .Values.extraEnv }}
+{{- if eq .name "GPUHEALTH_AGGREGATOR__URL" }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Values that contradict each other fail the render with one line, before anything is applied. (A drain
+without an aggregator is not among them: it is safe, the agent just never gets a permit; NOTES warns.)
+*/}}
+{{- define "gpuhealth.checkValues" -}}
+{{- $v := .Values }}
+{{- $policy := $v.config.policy | default dict }}
+{{- if and (hasKey $policy "drain") (ne (toString $policy.drain) (toString $v.drain.enabled)) }}
+{{- fail (printf "config.policy.drain is %v but drain.enabled is %v: set drain.enabled only (it also grants the drain's RBAC)" $policy.drain $v.drain.enabled) }}
+{{- end }}
+{{- if and (hasKey $policy "drain_deadline_s") (ne (float64 $policy.drain_deadline_s) (float64 $v.drain.deadlineSeconds)) }}
+{{- fail (printf "config.policy.drain_deadline_s (%v) contradicts drain.deadlineSeconds (%v): set drain.deadlineSeconds only" $policy.drain_deadline_s $v.drain.deadlineSeconds) }}
+{{- end }}
+{{- if not $v.requeue.enabled }}
+{{- range $kind := list "jobset" "trainjob" "pytorchjob" "volcano" "kueue" }}
+{{- if index $v.requeue $kind }}
+{{- fail (printf "requeue.%s needs requeue.enabled: without it nothing is granted and the kind is only evicted" $kind) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $v.aggregator.tokenSecret.name (not $v.aggregator.url) }}
+{{- fail "aggregator.tokenSecret.name is set but aggregator.url is empty: a token for no aggregator" }}
+{{- end }}
+{{- if and $v.diagnostics.enabled (not $v.diagnostics.scheduled) (eq (toString (dig "on_demand" true $v.diagnostics.config)) "false") }}
+{{- fail "diagnostics.enabled with scheduled false and config.on_demand false: no diagnostic can ever run" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Recovery (docs/recovery.md): kured's sentinel file inside the host directory the chart mounts, whether that
+directory is mounted (reboot mode kured), and whether the agent container is privileged for GPU resets.
+*/}}
+{{- define "gpuhealth.rebootSentinel" -}}
+{{- printf "%s/%s" (trimSuffix "/" .Values.recovery.reboot.sentinelHostDir) .Values.recovery.reboot.sentinelFile }}
+{{- end }}
+
+{{- define "gpuhealth.mountsSentinel" -}}
+{{- if and .Values.recovery.enabled (eq (dig "reboot" "mode" "kured" .Values.recovery.config) "kured") }}true{{ end }}
+{{- end }}
+
+{{- define "gpuhealth.resetPrivileged" -}}
+{{- if and .Values.recovery.enabled .Values.recovery.reset.privileged }}true{{ end }}
+{{- end }}
+
+{{/* Verbs on pods, the union over drain (list, watch), diagnostics (list), PyTorchJob requeue (list, delete). */}}
+{{- define "gpuhealth.podVerbs" -}}
+{{- $verbs := list }}
+{{- if or .Values.drain.enabled .Values.diagnostics.enabled (and .Values.requeue.enabled .Values.requeue.pytorchjob) }}
+{{- $verbs = append $verbs "list" }}
+{{- end }}
+{{- if .Values.drain.enabled }}
+{{- $verbs = append $verbs "watch" }}
+{{- end }}
+{{- if and .Values.requeue.enabled .Values.requeue.pytorchjob }}
+{{- $verbs = append $verbs "delete" }}
+{{- end }}
+{{- range $i, $verb := $verbs }}{{ if $i }}, {{ end }}{{ $verb | quote }}{{ end }}
 {{- end }}

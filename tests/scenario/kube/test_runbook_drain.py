@@ -27,7 +27,7 @@ from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.drain_report import PodOutcome
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.plan import RemediationPolicy
-from remediation.requeue import EVENT_REASON, REQUEUED_ANNOTATION
+from remediation.requeue import EVENT_REASON, REQUEUED_ANNOTATION, KindMode, RequeuePolicy
 from remediation.steps import Drain, Requeue
 from sim.clock import ManualClock, RealClock
 from sim.kube.harness import KubeSim, running_kube_sim
@@ -80,6 +80,7 @@ class Fleet:
         self.nvml: dict[str, FakeNvml] = {}
         self.drain = FAST_DRAIN
         self.debounce = DebounceConfig()
+        self.requeue = RequeuePolicy()
 
     def agent(self, node: str) -> Agent:
         """The agent of ``node``, started on first use and reported once (the aggregator then knows it)."""
@@ -89,6 +90,7 @@ class Fleet:
                 state_dir=self.state_root / node,
                 policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
                 drain=self.drain,
+                requeue=self.requeue,
                 debounce=self.debounce,
                 aggregator={"url": self.aggregator.url, "permit_retry_s": PERMIT_RETRY_S, "timeout_s": 2},
                 http=HttpSettings(enabled=False),
@@ -289,6 +291,25 @@ def test_xid_79_on_a_jobset_node_drains_it_and_restarts_the_jobset_once_off_the_
     assert any(action == "requeue" and "suspend-toggle" in message for action, _, message in timeline)
 
     assert drain_results(fleet.tick(bad)) == []  # never drained twice for the same incident
+
+
+def test_with_every_kind_evict_only_the_drain_evicts_and_no_requeue_is_attempted(fleet: Fleet) -> None:
+    """No kind in ``auto``: the pods are evicted and the workloads left to their own policies; the agent
+    does not read the pods' owners at all (the chart grants no owner reads then), so no Requeue result."""
+    modes = dict.fromkeys(("job", "jobset", "trainjob", "pytorchjob", "volcano_job", "kueue"), "evict-only")
+    fleet.requeue = RequeuePolicy.model_validate(modes)
+    assert all(getattr(fleet.requeue, kind) is KindMode.EVICT_ONLY for kind in modes)
+    labels = start_jobset(fleet)
+    bad = fleet.running(**labels)[0]["spec"]["nodeName"]
+    fleet.agent(bad)
+    fleet.break_node(bad)
+
+    news = drain_results(fleet.finish_drain(bad))
+
+    assert [(kind, ok) for kind, ok, _ in news] == [("Drain", True)]
+    assert fleet.requeue_events() == []
+    jobset = fleet.kube.store.get(JOBSET_KEY, NS, "llm")
+    assert jobset is not None and REQUEUED_ANNOTATION not in jobset["metadata"].get("annotations", {})
 
 
 def test_a_restarted_agent_does_not_drain_the_same_incident_again(fleet: Fleet) -> None:
