@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent.diagnostics_order import DiagOrder
 from agent.health import NodeHealth
 from agent.report_outbox import OutboxError, ReportOutbox
 from aggregator.models import (
@@ -37,6 +38,7 @@ from remediation.steps import ApplyReport, Step
 from sim.clock import Clock
 
 if TYPE_CHECKING:
+    from agent.diagnostics import DiagnosticsRunner
     from agent.loop import TickResult
     from agent.state_machine import HealthStateMachine
 
@@ -58,6 +60,7 @@ _STEP_ACTIONS: dict[str, str] = {
     "SetIncidentAnnotation": "annotate",
     "EmitEvent": "event",
     "RequestPermit": "permit",
+    "WithdrawReboot": "reboot",  # a requested reboot that never happened: a failed reboot attempt
 }
 
 
@@ -106,14 +109,19 @@ class AggregatorLink:
 
     # --- the loop's side --------------------------------------------------------------------------------
 
-    def apply_requests(self, machine: HealthStateMachine) -> list[NodeRequest]:
-        """Apply the humans' pending quarantine / release requests to the state machine, oldest first; the
-        next report acknowledges them. Returns the requests applied."""
+    def apply_requests(
+        self, machine: HealthStateMachine, diagnostics: DiagnosticsRunner | None = None
+    ) -> list[NodeRequest]:
+        """Apply the humans' pending quarantine / release requests to the state machine, and hand diag
+        requests to ``diagnostics``, oldest first; the next report acknowledges them. Returns the requests
+        applied."""
         with self._lock:
             requests = sorted(self._requests.values(), key=lambda request: request.id)
             self._requests.clear()
         for request in requests:
-            if request.kind is RequestKind.QUARANTINE:
+            if request.kind is RequestKind.DIAG:
+                self._diag_requested(request, diagnostics)
+            elif request.kind is RequestKind.QUARANTINE:
                 machine.quarantine(f"{request.reason} (by {request.requested_by})")
             else:
                 machine.release_by_human(f"{request.reason} (by {request.requested_by})")
@@ -121,6 +129,20 @@ class AggregatorLink:
             self._applied.add(request.id)
             self._to_acknowledge.append(request.id)
         return requests
+
+    def _diag_requested(self, request: NodeRequest, diagnostics: DiagnosticsRunner | None) -> None:
+        order = diag_order(request)
+        if diagnostics is not None:
+            diagnostics.request(order)
+            return
+        message = f"{order.describe()} refused: this agent runs no diagnostics"
+        self._actions.append(
+            ActionTaken(at=self._clock.now(), action="diag", result="skipped", message=message)
+        )
+
+    def note(self, actions: list[ActionTaken]) -> None:
+        """Timeline entries that are not plan steps (deep diagnostics); sent with the next report."""
+        self._actions.extend(actions)
 
     def observe(self, result: TickResult, *, dry_run: bool = False) -> Report | None:
         """Queue a report of this pass when something changed or a heartbeat is due; returns it if queued.
@@ -235,6 +257,17 @@ class AggregatorLink:
         stats = self._stats
         self._stats = DeliveryStats(stats.accepted, stats.repeated, stats.failures + 1)
         self._log.warning(event, error=str(exc), queued=self.outbox.stats().queued)
+
+
+def diag_order(request: NodeRequest) -> DiagOrder:
+    """The run a diag request asks for."""
+    return DiagOrder(
+        level=request.level or 1,
+        requested_by=request.requested_by,
+        reason=request.reason,
+        force=request.force,
+        request_id=request.id,
+    )
 
 
 def change_key(health: NodeHealth, verdict: Verdict) -> tuple[object, ...]:

@@ -24,20 +24,24 @@ import structlog
 from agent.health import NodeHealth
 from agent.metrics import AgentMetrics
 from agent.permit_gate import PermitGate, withhold_unpermitted
+from agent.recovery.settle import settle_recovery
 from agent.snapshot import NodeSnapshot
 from agent.sources import NodeChangeRelay, XidFeed
 from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore, StateStoreError
 from checks.config import ChecksConfig
-from checks.findings import Verdict
+from checks.dcgm import merge_findings
+from checks.findings import Finding, Verdict
 from checks.runner import run_checks
 from remediation.executor import NodeExecutor
 from remediation.plan import RemediationMemory, RemediationPolicy, plan
+from remediation.recovery_plan import RecoveryRules
 from remediation.steps import ApplyReport, Drain, EmitEvent, Requeue, Step, StepResult
 from sim.clock import Clock, RealClock
 
 if TYPE_CHECKING:
     from agent.aggregator_link import AggregatorLink
+    from agent.diagnostics import DiagnosticsRunner
     from agent.settings import AgentSettings
 
 log = structlog.get_logger(__name__)
@@ -52,6 +56,12 @@ class SnapshotSource(Protocol):
     """Anything that reads one node snapshot and never raises for hardware trouble (``NvmlBackend``)."""
 
     def snapshot(self) -> NodeSnapshot: ...
+
+
+class FindingSource(Protocol):
+    """Findings beyond the checks' for a snapshot (dcgm-exporter, dcgmi); never raises."""
+
+    def findings(self, snapshot: NodeSnapshot) -> list[Finding]: ...
 
 
 class DrainNews(Protocol):
@@ -102,6 +112,9 @@ class AgentParts:
     wake: threading.Event = field(default_factory=threading.Event)
     link: AggregatorLink | None = None  # None: run without an aggregator
     permits: PermitGate | None = None  # None: nothing beyond mark + taint is ever permitted
+    recovery: RecoveryRules | None = None  # None: no reset / reboot / validation (agent/recovery/)
+    finding_sources: tuple[FindingSource, ...] = ()  # dcgm-exporter, dcgmi: merged with the checks'
+    diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics.py)
 
 
 class Agent:
@@ -152,14 +165,28 @@ class Agent:
         """One pass: snapshot, checks, state machine, plan against the observed node, apply, persist."""
         started = time.perf_counter()
         snapshot = self._snapshot()
+        diagnostics = self.parts.diagnostics
+        if diagnostics is not None:  # a dcgmi diag that ended: a failure's findings join this verdict
+            diagnostics.settle(self.parts.state_machine)
         verdict = run_checks(snapshot, self.parts.checks)
+        sources = (*self.parts.finding_sources, *((diagnostics,) if diagnostics is not None else ()))
+        if sources:  # each source never raises and caches its own slower poll
+            extra = [f for source in sources for f in source.findings(snapshot)]
+            verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
         previous = self.parts.state_machine.health
-        if self.parts.link is not None and not self.dry_run:  # a human's quarantine / release, if any
-            self.parts.link.apply_requests(self.parts.state_machine)
+        if self.parts.link is not None and not self.dry_run:  # a human's quarantine / release / diag
+            self.parts.link.apply_requests(self.parts.state_machine, diagnostics)
         health = self.parts.state_machine.observe(verdict)
-        planned = plan(health, self.parts.executor.facts(), self.parts.policy, self._memory)
+        if diagnostics is not None:  # a run due or asked for starts here: the node turns testing
+            health = diagnostics.prepare(self.parts.state_machine, snapshot, dry_run=self.dry_run)
+        facts = self.parts.executor.facts()
+        planned = plan(
+            health, facts, self.parts.policy, self._memory, recovery=self.parts.recovery, now=self.clock.now()
+        )
         steps, gate_notes = self._permitted(planned.steps, health)
         report = self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
+        if diagnostics is not None:  # dcgmi diag starts on its thread only once our taint is on
+            diagnostics.launch(self.parts.state_machine, report)
         if not self.dry_run:  # a dry run changes nothing, the state file included
             self._remember(planned.memory, report)
             report.results.extend(self._drain_news())
@@ -169,7 +196,9 @@ class Agent:
         notes = (*planned.notes, *gate_notes)
         result = TickResult(snapshot, verdict, health, steps, report, seconds, notes)
         self._log_tick(result, changed=previous != health)
+        diag_news = diagnostics.news() if diagnostics is not None else []  # logged by the runner too
         if self.parts.link is not None:  # a dry run reports too: it plans and reports, mutating nothing
+            self.parts.link.note(diag_news)
             self.parts.link.observe(
                 result, dry_run=self.dry_run
             )  # queued on disk; the sender thread delivers it
@@ -234,6 +263,9 @@ class Agent:
         kept = _unsent_events_forgotten(memory, report)
         can_drain = bool(getattr(self.parts.executor, "can_drain", False))
         self._memory = _unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
+        if self.parts.recovery is not None:  # reset / reboot / validation results: testing or escalation
+            machine, rules = self.parts.state_machine, self.parts.recovery
+            self._memory = settle_recovery(self._memory, report, machine, rules)
 
     def _persist(self) -> None:
         if self.parts.store is None:

@@ -18,10 +18,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.diagnostics_settings import DiagnosticsSettings
+from agent.recovery.settings import RecoverySettings
 from agent.state_machine import DebounceConfig
 from checks.config import ChecksConfig
 from remediation.kubernetes import RetrySettings
 from remediation.kubernetes.drain_policy import DrainPolicy
+from remediation.nomad_settings import NomadSettings
 from remediation.plan import RemediationPolicy
 from remediation.requeue import RequeuePolicy
 
@@ -68,6 +71,45 @@ class KernelLogSettings(_Section):
         default="kmsg", description="Read /dev/kmsg records, or run journalctl -k -f -o json."
     )
     path: str = Field(default=DEFAULT_KMSG_PATH, description="The kmsg device (or a FIFO) when source=kmsg.")
+
+
+class DcgmExporterSettings(_Section):
+    """Scrape dcgm-exporter's /metrics and judge it with the NVML checks (off by default)."""
+
+    enabled: bool = Field(default=False, description="Scrape dcgm-exporter and merge its findings.")
+    url: str = Field(
+        default="http://127.0.0.1:9400/metrics",
+        description="The node's exporter (the Helm chart passes the node IP; 9400 is its default port).",
+    )
+    timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one scrape.")
+    every_s: float = Field(
+        default=30.0, gt=0, description="Seconds between scrapes; the last result is reused in between."
+    )
+
+
+class DcgmiSettings(_Section):
+    """Run dcgmi health -c -j (off by default; on-demand diagnostics use the same binary)."""
+
+    enabled: bool = Field(default=False, description="Poll dcgmi health and merge its findings.")
+    path: str = Field(default="dcgmi", description="The dcgmi binary (a name on PATH or a full path).")
+    host: str | None = Field(
+        default=None,
+        description="The DCGM host engine's address (dcgmi --host), e.g. the node's IP from a pod; "
+        "none: the local engine.",
+    )
+    health_every_s: float = Field(
+        default=60.0, gt=0, description="Seconds between two health checks (DCGM's watches need ~1 min)."
+    )
+    timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one dcgmi health run.")
+
+
+class DcgmSettings(_Section):
+    """DCGM sources: dcgm-exporter's page and the dcgmi command."""
+
+    exporter: DcgmExporterSettings = Field(
+        default_factory=DcgmExporterSettings, description="dcgm-exporter scrape."
+    )
+    dcgmi: DcgmiSettings = Field(default_factory=DcgmiSettings, description="dcgmi health checks.")
 
 
 class HttpSettings(_Section):
@@ -140,13 +182,26 @@ class AgentSettings(BaseSettings):
         default_factory=RequeuePolicy,
         description="Per workload kind, after a drain: auto (restart when it would not), evict-only, off.",
     )
+    orchestrator: Literal["kubernetes", "nomad"] = Field(
+        default="kubernetes", description="Which orchestrator the node belongs to (its executor)."
+    )
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="API access.")
+    nomad: NomadSettings = Field(
+        default_factory=NomadSettings, description="Nomad access, when orchestrator is nomad."
+    )
     kernel_log: KernelLogSettings = Field(
         default_factory=KernelLogSettings, description="Kernel-log XID follower."
     )
     http: HttpSettings = Field(default_factory=HttpSettings, description="Metrics and health endpoint.")
+    dcgm: DcgmSettings = Field(default_factory=DcgmSettings, description="DCGM sources (optional).")
+    diagnostics: DiagnosticsSettings = Field(
+        default_factory=DiagnosticsSettings, description="Scheduled and on-demand dcgmi diag."
+    )
     aggregator: AggregatorLinkSettings = Field(
         default_factory=AggregatorLinkSettings, description="The central aggregator (optional)."
+    )
+    recovery: RecoverySettings = Field(
+        default_factory=RecoverySettings, description="GPU reset / reboot, validation, release (off)."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level logged."

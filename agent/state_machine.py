@@ -24,6 +24,14 @@ Rules, in the order ``observe`` applies them:
 * An incident whose action is ``replace``, or one held by ``quarantine()``, never closes by itself: the node
   is ``quarantined`` until ``release_by_human()``. A human release is honoured: the codes still bad at that
   moment are *acknowledged* and do not open a new incident until they have cleared once.
+* Recovery (``agent/recovery/``): ``begin_testing(m)`` after a reset or reboot validated makes the node
+  ``testing``; it closes after ``m`` consecutive clean readings, without the dwell, and a triggering finding
+  meanwhile fails the validation. ``recovery_failed()`` (and a failed validation) raises the incident's
+  action to ``replace`` with the code ``RECOVERY_FAILED``: the node stays quarantined for a human.
+
+* Deep diagnostics (``agent/diagnostics.py``): ``begin_diagnostic()`` makes a node without an open incident
+  ``testing`` until ``end_diagnostic()``; the marker is kept in memory only, so a restarted agent (whose run
+  died with it) comes back out of ``testing``. An open incident always wins over it.
 
 Alternating signals cannot flap: a streak needs consecutive readings to trigger, and a single bad reading
 resets the clean streak, so bad/clean/bad/clean neither opens an incident nor closes one.
@@ -48,8 +56,12 @@ log = structlog.get_logger(__name__)
 STATE_SCHEMA_VERSION = 1
 MANUAL_QUARANTINE = "MANUAL_QUARANTINE"
 """Reason code of an incident opened (or joined) by ``quarantine()``."""
+RECOVERY_FAILED = "RECOVERY_FAILED"
+"""Reason code joined to an incident whose reset, reboot or validation failed (action ``replace``)."""
 ALL_CHECKS_PASSED = "AllChecksPassed"
 NO_READING_YET = "NoReadingYet"
+DIAGNOSTIC_RUNNING = "DiagnosticRunning"
+"""Reason of a node ``testing`` while a deep diagnostic (``dcgmi diag``) runs on it."""
 _MAX_MESSAGE = 240
 
 CHECK_GROUPS: dict[str, frozenset[str]] = {"memory": frozenset({"ecc", "row_remap", "retired_pages"})}
@@ -75,7 +87,9 @@ class DebounceConfig(BaseModel):
         description="Seconds an incident stays open after its last bad reading, however many clean ones.",
     )
     immediate_checks: frozenset[str] = Field(
-        default=frozenset({"xid", "presence", "memory", "recovery_action"}),
+        # dcgm_exporter: its out-of-service findings are memory faults and XIDs judged by the same checks as
+        # NVML's, or DCGM health-watch failures that DCGM has already filtered over its own sampling window.
+        default=frozenset({"xid", "presence", "memory", "recovery_action", "dcgm_diag", "dcgm_exporter"}),
         validate_default=True,
         description="Check families whose out-of-service findings act at once (fatal events); "
         "'memory' stands for ecc, row_remap and retired_pages.",
@@ -113,6 +127,9 @@ class DebounceCounters(BaseModel):
     quarantine_note: str | None = Field(default=None, description="Why a human quarantined the node.")
     degraded_findings: list[Finding] = Field(
         default_factory=list, description="The held findings behind the degraded state."
+    )
+    testing_readings: int | None = Field(
+        default=None, description="While testing after a recovery: the clean readings that release the node."
     )
 
 
@@ -175,6 +192,7 @@ class HealthStateMachine:
         self._clock = clock
         self._new_incident_id = new_incident_id or default_incident_id
         self._log = log.bind(node=node)
+        self._diagnostic: str | None = None
         if initial is not None and initial.node != node:
             self._log.warning("state_ignored_other_node", state_node=initial.node)
             initial = None
@@ -224,7 +242,12 @@ class HealthStateMachine:
         else:
             incident = _join(incident, MANUAL_QUARANTINE, Action.REPLACE)
         self._counters = self._counters.model_copy(
-            update={"quarantine_note": reason, "clean_streak": 0, "clean_since": None}
+            update={
+                "quarantine_note": reason,
+                "clean_streak": 0,
+                "clean_since": None,
+                "testing_readings": None,
+            }
         )
         self._log.info("node_quarantined", incident=incident.id, reason=reason)
         self._set_health(incident, manual=True, now=now)
@@ -243,9 +266,49 @@ class HealthStateMachine:
                     "clean_streak": 0,
                     "clean_since": None,
                     "quarantine_note": None,
+                    "testing_readings": None,
                 }
             )
         self._set_health(None, manual=False, now=now)
+        return self._health
+
+    def begin_testing(self, clean_readings: int) -> NodeHealth:
+        """The open incident's GPUs were reset (or the node rebooted) and passed their diagnostic: the node
+        is ``testing`` until ``clean_readings`` consecutive clean readings close the incident."""
+        incident = self._health.incident
+        if incident is None or incident.action is Action.REPLACE or self._health.manual_quarantine:
+            return self._health
+        self._counters = self._counters.model_copy(
+            update={"testing_readings": max(clean_readings, 1), "clean_streak": 0, "clean_since": None}
+        )
+        self._log.info("incident_testing", incident=incident.id, clean_readings=clean_readings)
+        self._set_health(incident, manual=False, now=self._clock())
+        return self._health
+
+    def begin_diagnostic(self, note: str) -> NodeHealth:
+        """A deep diagnostic starts: a node without an open incident is ``testing`` until it ends. Kept in
+        memory only, so an agent restarted mid-run comes back out of ``testing`` (the run died with it)."""
+        self._diagnostic = note
+        self._set_health(self._health.incident, manual=self._health.manual_quarantine, now=self._clock())
+        return self._health
+
+    def end_diagnostic(self) -> NodeHealth:
+        """The deep diagnostic ended (or a leftover ``testing`` from before a restart): back to the state
+        the readings say."""
+        self._diagnostic = None
+        self._set_health(self._health.incident, manual=self._health.manual_quarantine, now=self._clock())
+        return self._health
+
+    def recovery_failed(self, message: str) -> NodeHealth:
+        """The reset, reboot or validation failed (or attempts ran out): escalate to ``replace``."""
+        incident = self._health.incident
+        if incident is None:
+            return self._health
+        self._counters = self._counters.model_copy(update={"testing_readings": None})
+        self._log.warning("recovery_failed", incident=incident.id, detail=message)
+        self._set_health(
+            _escalated(incident, message), manual=self._health.manual_quarantine, now=self._clock()
+        )
         return self._health
 
     # -- readings ---------------------------------------------------------------------------------------
@@ -269,6 +332,9 @@ class HealthStateMachine:
         incident = self._health.incident
         if triggered:
             incident = self._open_or_join(incident, triggered, now)
+            if self._counters.testing_readings is not None:  # the fault is back while testing
+                self._counters = self._counters.model_copy(update={"testing_readings": None})
+                incident = _escalated(incident, f"validation failed: {triggered[0].code} while testing")
         elif incident is not None:
             incident = self._count_towards_recovery(incident, reading, now)
         self._update_degraded(reading)
@@ -300,7 +366,8 @@ class HealthStateMachine:
             incident = _join(incident, finding.code, finding.action)
         gpus = list(incident.gpus)
         gpus.extend(f.gpu for f in triggered if f.gpu is not None and f.gpu not in gpus)
-        incident = incident.model_copy(update={"gpus": gpus, "findings": triggered})
+        failed = [f for f in incident.findings if f.code == RECOVERY_FAILED]  # keeps leading the incident
+        incident = incident.model_copy(update={"gpus": gpus, "findings": [*failed, *triggered]})
         if incident.action is not before and before is not Action.NONE:
             self._log.info("incident_escalated", incident=incident.id, action=incident.action.value)
         self._counters = self._counters.model_copy(update={"clean_since": None, "clean_streak": 0})
@@ -309,7 +376,8 @@ class HealthStateMachine:
     def _count_towards_recovery(
         self, incident: Incident, reading: _Reading, now: datetime
     ) -> Incident | None:
-        cap = self._config.clean_readings_to_recover
+        testing = self._counters.testing_readings
+        cap = testing or self._config.clean_readings_to_recover
         if not reading.clean:
             self._counters = self._counters.model_copy(update={"clean_streak": 0, "clean_since": None})
             return incident
@@ -318,10 +386,13 @@ class HealthStateMachine:
         self._counters = self._counters.model_copy(update={"clean_streak": streak, "clean_since": since})
         if streak < cap or self._health.manual_quarantine or incident.action is Action.REPLACE:
             return incident
-        if (now - since).total_seconds() < self._config.min_dwell_s:
+        # A validated recovery needs no dwell: the reset or reboot itself is why the readings are clean.
+        if testing is None and (now - since).total_seconds() < self._config.min_dwell_s:
             return incident
         self._log.info("incident_closed", incident=incident.id, reasons=incident.reasons)
-        self._counters = self._counters.model_copy(update={"clean_streak": 0, "clean_since": None})
+        self._counters = self._counters.model_copy(
+            update={"clean_streak": 0, "clean_since": None, "testing_readings": None}
+        )
         return None
 
     def _update_degraded(self, reading: _Reading) -> None:
@@ -350,7 +421,11 @@ class HealthStateMachine:
             state = (
                 NodeState.QUARANTINED if manual or incident.action is Action.REPLACE else NodeState.UNHEALTHY
             )
+            if state is NodeState.UNHEALTHY and self._counters.testing_readings is not None:
+                state = NodeState.TESTING
             text = self._incident_text(incident, manual)
+        elif self._diagnostic is not None:
+            state, text = NodeState.TESTING, (DIAGNOSTIC_RUNNING, _shorten(self._diagnostic))
         elif self._counters.degraded_findings:
             state, text = NodeState.DEGRADED, _describe(leading(self._counters.degraded_findings), "")
         else:
@@ -402,6 +477,20 @@ def _classify(verdict: Verdict) -> _Reading:
 def _join(incident: Incident, code: str, action: Action) -> Incident:
     reasons = incident.reasons if code in incident.reasons else [*incident.reasons, code]
     return incident.model_copy(update={"reasons": reasons, "action": worst_action((incident.action, action))})
+
+
+def _escalated(incident: Incident, message: str) -> Incident:
+    """The incident raised to ``replace`` because its recovery failed; the failure leads its findings."""
+    failure = Finding(
+        check="recovery",
+        gpu=None,
+        status=Status.FAIL,
+        code=RECOVERY_FAILED,
+        message=message,
+        action=Action.REPLACE,
+    )
+    joined = _join(incident, RECOVERY_FAILED, Action.REPLACE)
+    return joined.model_copy(update={"findings": [failure, *incident.findings]})
 
 
 def _describe(finding: Finding | None, fallback: str) -> tuple[str, str]:

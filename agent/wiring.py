@@ -7,7 +7,9 @@ the benchmarks pass a ``FakeNvml`` and a ``KubeSim`` client instead of the drive
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -15,15 +17,21 @@ from urllib.parse import urlsplit, urlunsplit
 import structlog
 
 from agent.aggregator_link import AggregatorLink
+from agent.backends.dcgm_exporter import ExporterSource
+from agent.backends.dcgmi import DcgmiHealthSource, DiagRun, run_diag
 from agent.backends.kernel_log import JournalFollower, KmsgFollower
 from agent.backends.nvml import NvmlLibrary
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
-from agent.loop import Agent, AgentParts
+from agent.diagnostics import DiagnosticsRunner
+from agent.diagnostics_state import DiagnosticsStore
+from agent.loop import Agent, AgentParts, FindingSource
 from agent.metrics import AgentMetrics
 from agent.permit_gate import PermitGate
+from agent.recovery.actions import NodeActions
+from agent.recovery.wiring import with_recovery
 from agent.report_outbox import ReportOutbox
-from agent.settings import AgentSettings, KernelLogSettings, aggregator_token
+from agent.settings import AgentSettings, DcgmSettings, KernelLogSettings, aggregator_token
 from agent.sources import EventThread, XidCallback, XidFeed
 from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore
@@ -31,6 +39,7 @@ from remediation.aggregator_client import AggregatorClient
 from remediation.executor import NodeExecutor
 from remediation.kubernetes import KubernetesExecutor, executor_from_kubeconfig
 from remediation.kubernetes.drain_runner import DrainSetup
+from remediation.nomad_problem import ExecutorProblemFindings, ExecutorWithProblem
 from remediation.plan_memory import RemediationMemory
 from sim.clock import Clock, RealClock
 
@@ -41,6 +50,7 @@ log = structlog.get_logger(__name__)
 
 STATE_FILE_NAME = "state.json"
 OUTBOX_FILE_NAME = "outbox.json"
+DIAGNOSTICS_FILE_NAME = "diagnostics.json"
 AGGREGATOR_RETRIES = 1  # the sender thread retries the outbox itself; one attempt keeps it responsive
 XID_WAIT_MS = 200  # the watcher's longest NVML wait: few wake-ups when idle, a stop within 0.2 s
 
@@ -52,9 +62,16 @@ def build_agent(
     api_client: ApiClient | None = None,
     clock: Clock | None = None,
     executor: NodeExecutor | None = None,
+    recovery_actions: NodeActions | None = None,
 ) -> Agent:
-    """An agent with the real parts (or the given fake NVML / API client / executor); not started yet."""
+    """An agent with the real parts (or the given fake NVML / API client / executor); not started yet.
+
+    ``recovery_actions`` replaces the node's real reset / reboot / validation (commands, kured's sentinel,
+    ``dcgmi``) when ``recovery.enabled``: a simulated node passes ``SimulatedNodeRecovery``.
+    """
     chosen_clock: Clock = clock or RealClock()
+    if executor is None and settings.orchestrator == "nomad":
+        executor, settings = _nomad_executor(settings, chosen_clock)
     node = settings.node_name
     wake = threading.Event()
     buffer = XidBuffer()
@@ -81,9 +98,11 @@ def build_agent(
     if saved is not None:
         log.info("state_resumed", node=node, state=saved.health.state.value)
     link, permits = _aggregator_parts(settings, chosen_clock)
+    sources, source_closers = _dcgm_sources(settings.dcgm, settings, chosen_clock)
+    chosen_executor = executor or _executor(settings, api_client, chosen_clock)
     parts = AgentParts(
         source=backend,
-        executor=executor or _executor(settings, api_client, chosen_clock),
+        executor=with_recovery(chosen_executor, settings, nvml_library, actions=recovery_actions, wake=wake),
         state_machine=HealthStateMachine(node, settings.debounce, clock=chosen_clock.now, initial=saved),
         policy=settings.policy,
         store=store,
@@ -93,6 +112,9 @@ def build_agent(
         wake=wake,
         link=link,
         permits=permits,
+        recovery=settings.recovery.rules(),
+        finding_sources=(*sources, *_executor_problem_sources(chosen_executor)),
+        diagnostics=diagnostics_runner(settings, chosen_executor, chosen_clock, wake),
     )
     return Agent(
         node,
@@ -101,7 +123,61 @@ def build_agent(
         dry_run=settings.dry_run,
         clock=chosen_clock,
         metrics=AgentMetrics(node),
-        closers=(backend.close, *((link.close,) if link is not None else ())),
+        closers=(backend.close, *source_closers, *((link.close,) if link is not None else ())),
+    )
+
+
+def _dcgm_sources(
+    section: DcgmSettings, settings: AgentSettings, clock: Clock
+) -> tuple[tuple[FindingSource, ...], tuple[Callable[[], object], ...]]:
+    """The enabled DCGM finding sources (dcgm-exporter, dcgmi health) and what closes them."""
+    sources: list[FindingSource] = []
+    closers: list[Callable[[], object]] = []
+    if section.exporter.enabled:
+        exporter = ExporterSource(
+            section.exporter.url,
+            timeout_s=section.exporter.timeout_s,
+            every_s=section.exporter.every_s,
+            checks=settings.checks,
+            monotonic=clock.monotonic,
+        )
+        sources.append(exporter)
+        closers.append(exporter.close)
+    if section.dcgmi.enabled:
+        sources.append(
+            DcgmiHealthSource(
+                path=section.dcgmi.path,
+                host=section.dcgmi.host,
+                timeout_s=section.dcgmi.timeout_s,
+                every_s=section.dcgmi.health_every_s,
+                monotonic=clock.monotonic,
+            )
+        )
+    return tuple(sources), tuple(closers)
+
+
+def diagnostics_runner(
+    settings: AgentSettings, executor: NodeExecutor, clock: Clock, wake: threading.Event
+) -> DiagnosticsRunner | None:
+    """Deep diagnostics (scheduled and on demand) with ``dcgmi`` from the dcgm section; None when both are
+    off. The executor tells whether the node is idle when it can (Kubernetes); otherwise only forced
+    on-demand runs start."""
+    section = settings.diagnostics
+    if not (section.enabled or section.on_demand):
+        return None
+    path, host = settings.dcgm.dcgmi.path, settings.dcgm.dcgmi.host
+
+    def diag(level: int, timeout_s: float) -> DiagRun:
+        return run_diag(level, timeout_s, path=path, host=host)
+
+    return DiagnosticsRunner(
+        settings.node_name,
+        section,
+        clock=clock,
+        diag=diag,
+        probe=executor if isinstance(executor, KubernetesExecutor) else None,
+        store=DiagnosticsStore(settings.state_dir / DIAGNOSTICS_FILE_NAME),
+        wake=wake,
     )
 
 
@@ -124,6 +200,7 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
         clock=clock,
         heartbeat_s=section.heartbeat_s,
         interval_s=settings.interval_s,
+        orchestrator=settings.orchestrator,
     )
     gate = PermitGate(settings.node_name, client, clock=clock, retry_s=section.permit_retry_s)
     log.info(
@@ -164,6 +241,36 @@ def _executor(settings: AgentSettings, api_client: ApiClient | None, clock: Cloc
     if api_client is not None:
         return KubernetesExecutor(api_client, settings.node_name, **options)
     return executor_from_kubeconfig(settings.kubernetes.kubeconfig, settings.node_name, **options)
+
+
+def _nomad_executor(settings: AgentSettings, clock: Clock) -> tuple[NodeExecutor, AgentSettings]:
+    """The Nomad executor of the local node, and the settings with the node's Nomad name when none was set.
+
+    Raises NomadConfigError with one line when the local Nomad agent cannot tell us our node.
+    """
+    from remediation.nomad_connect import connect_nomad_executor  # python-nomad loads on Nomad nodes only
+    from remediation.nomad_drain import NomadDrainSetup
+
+    drain = (
+        NomadDrainSetup(
+            namespace=settings.nomad.namespace,
+            monotonic=clock.monotonic,
+            same_fault_window_s=settings.requeue.same_fault_window_s,
+        )
+        if settings.policy.drain
+        else None
+    )
+    executor = connect_nomad_executor(settings.nomad, drain=drain)
+    if "node_name" not in settings.model_fields_set and not os.environ.get("NODE_NAME"):
+        settings = settings.model_copy(update={"node_name": executor.node_name})
+    return executor, settings
+
+
+def _executor_problem_sources(executor: NodeExecutor) -> tuple[FindingSource, ...]:
+    """An executor that can say it cannot act (a refused token) turns the verdict unknown meanwhile."""
+    if isinstance(executor, ExecutorWithProblem):
+        return (ExecutorProblemFindings(executor),)
+    return ()
 
 
 def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:

@@ -8,6 +8,8 @@ no steps at all (zero API writes). Rules (issue 4 point 3, CONTRACTS.md section 
 * Taint (``policy.taint``): ``gpuhealth.io/unhealthy=<incident action>:<effect>`` while an incident is open,
   value raised when the action escalates, re-added if someone removed it while the fault is still there
   (drift), and removed — only ours — once the incident closes.
+* Deep diagnostic (``testing`` without an incident): taint ``gpuhealth.io/unhealthy=testing:NoSchedule``
+  while ``dcgmi diag`` runs, whatever ``policy.taint`` says; removed when the node leaves ``testing``.
 * Cordon (``policy.cordon``): only when no one else already cordoned the node; Uncordon only when our
   ``gpuhealth.io/cordoned`` annotation says we did.
 * A human's decision is never undone for the incident it was made in: a human uncordon of our cordon
@@ -23,6 +25,8 @@ no steps at all (zero API writes). Rules (issue 4 point 3, CONTRACTS.md section 
   started for it yet (``memory.drained``, ``facts.drained_incident``), the plan ends with
   ``RequestPermit("drain", incident)`` then ``Drain(incident, policy.drain_deadline_s)``: the permit guards
   the drain, and nothing else needs one. Never planned twice for one incident, whatever its outcome.
+* Recovery (``recovery`` rules given, off by default): once the drain ended, a permitted GPU reset or reboot
+  request, then validation — see ``remediation/recovery_plan.py``; planned after everything else.
 
 The returned memory assumes the steps will be applied. Re-planning after a failed apply plans the same node
 changes again because they are diffed against facts; an Event is planned while its key is missing from
@@ -40,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.health import Incident, NodeHealth, NodeState
 from remediation.plan_memory import RemediationMemory, remember
+from remediation.recovery_plan import RecoveryRules, plan_recovery
 from remediation.steps import (
     ConditionStatus,
     Cordon,
@@ -52,6 +57,7 @@ from remediation.steps import (
     SetIncidentAnnotation,
     SetStateLabel,
     SetTaint,
+    SetUnhealthyGpus,
     Step,
     Uncordon,
 )
@@ -65,6 +71,9 @@ __all__ = [
     "human_release_applies",
     "plan",
 ]
+
+TESTING_TAINT = "testing"
+"""Value of our taint while a deep diagnostic runs on a node without an open incident."""
 
 _DRAINED_STATES = frozenset({NodeState.UNHEALTHY, NodeState.QUARANTINED})
 
@@ -138,9 +147,19 @@ def human_release_applies(incident: Incident, manual_release: str | None) -> boo
 
 
 def plan(
-    health: NodeHealth, facts: NodeFacts, policy: RemediationPolicy, memory: RemediationMemory
+    health: NodeHealth,
+    facts: NodeFacts,
+    policy: RemediationPolicy,
+    memory: RemediationMemory,
+    *,
+    recovery: RecoveryRules | None = None,
+    now: datetime | None = None,
 ) -> PlanResult:
-    """The steps that bring the node from ``facts`` to what ``health`` and ``policy`` want; no others."""
+    """The steps that bring the node from ``facts`` to what ``health`` and ``policy`` want; no others.
+
+    ``recovery`` (None: off) adds the reset / reboot / validate rules of ``remediation/recovery_plan.py``;
+    ``now`` times their backoff between attempts and the deadline of a requested reboot (None: neither).
+    """
     if not facts.exists:
         return PlanResult(steps=[], memory=memory, notes=["node not found: nothing to change"])
     planner = _Planner(health, facts, policy, memory)
@@ -151,7 +170,11 @@ def plan(
     planner.annotate()
     planner.announce()
     planner.drain()
-    return PlanResult(steps=planner.steps, memory=planner.memory, notes=planner.notes)
+    recovered = plan_recovery(health, facts, planner.memory, recovery, now)
+    memory = planner.memory.model_copy(update={"recovery": recovered.record})
+    return PlanResult(
+        steps=[*planner.steps, *recovered.steps], memory=memory, notes=[*planner.notes, *recovered.notes]
+    )
 
 
 def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
@@ -174,6 +197,8 @@ def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
                 facts = replace(facts, unschedulable=False, cordoned_by_us=False)
             case SetIncidentAnnotation(incident_id=incident_id):
                 facts = replace(facts, incident_annotation=incident_id)
+            case SetUnhealthyGpus(uuids=uuids):
+                facts = replace(facts, unhealthy_gpus=uuids)
             case Drain(incident_id=incident_id):  # the cordon follows when the background drain runs
                 facts = replace(facts, drained_incident=incident_id)
             case _:  # Events and permits leave the node object as it is
@@ -218,9 +243,14 @@ class _Planner:
     # -- desired state ---------------------------------------------------------------------------------
 
     def taint(self) -> None:
-        if not self.policy.taint:
-            return
         incident = self.incident
+        if incident is None and self.health.state is NodeState.TESTING:
+            self._taint_for_diagnostic()
+            return
+        if not self.policy.taint:
+            if self.facts.taint_value == TESTING_TAINT:  # a diagnostic's taint outlived its run
+                self.steps.append(RemoveTaint())
+            return
         if incident is None or self.memory.overridden(incident.id):
             if self.facts.taint_value is not None:
                 self.steps.append(RemoveTaint())
@@ -231,6 +261,12 @@ class _Planner:
         if self.facts.taint_value is None and self.memory.active_incident == incident.id:
             self.notes.append(f"our taint is gone while {incident.id} is open: adding it back")
         self.steps.append(SetTaint(value=wanted[0], effect=wanted[1]))
+
+    def _taint_for_diagnostic(self) -> None:
+        """A deep diagnostic stresses every GPU, so no pod may land meanwhile, whatever ``policy.taint``
+        says: diagnostics are opt-in, and the taint goes when the run ends."""
+        if (self.facts.taint_value, self.facts.taint_effect) != (TESTING_TAINT, "NoSchedule"):
+            self.steps.append(SetTaint(value=TESTING_TAINT, effect="NoSchedule"))
 
     def cordon(self) -> None:
         incident = self.incident
@@ -274,6 +310,13 @@ class _Planner:
             )
         if facts.state_label != self.health.state.value:
             self.steps.append(SetStateLabel(state=self.health.state.value))
+        self._publish_unhealthy_gpus()
+
+    def _publish_unhealthy_gpus(self) -> None:
+        """Only where the executor publishes them (facts not None): Nomad's gpuhealth.unhealthy_gpus."""
+        wanted = tuple(sorted(set(self.incident.gpus))) if self.incident is not None else ()
+        if self.facts.unhealthy_gpus is not None and self.facts.unhealthy_gpus != wanted:
+            self.steps.append(SetUnhealthyGpus(uuids=wanted))
 
     def annotate(self) -> None:
         wanted = self.incident.id if self.incident is not None else None

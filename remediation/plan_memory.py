@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from remediation.recovery_record import RecoveryRecord
+
 MAX_REMEMBERED = 64
 """How many incident ids / event keys each list keeps: old entries fall off, newest kept (bounded state)."""
 
@@ -36,6 +38,9 @@ class RemediationMemory(BaseModel):
     )
     drained: tuple[str, ...] = Field(
         default=(), description="Incidents whose drain was started: never drained twice."
+    )
+    recovery: RecoveryRecord | None = Field(
+        default=None, description="The latest incident's reset / reboot / validation (agent/recovery/)."
     )
 
     def overridden(self, incident_id: str) -> bool:

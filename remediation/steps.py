@@ -33,6 +33,13 @@ class NodeFacts:
         None  # gpuhealth.io/manual-release (incident id or timestamp a human released)
     )
     drained_incident: str | None = None  # the incident this executor last drained for (running or done)
+    # The GPUs the node's metadata names as unhealthy (Nomad's gpuhealth.unhealthy_gpus), sorted; None when
+    # the executor does not publish them (Kubernetes), so the planner never plans SetUnhealthyGpus there.
+    unhealthy_gpus: tuple[str, ...] | None = None
+    # Recovery (agent/recovery/): the incident whose drain has ended (complete or not), and this boot's id.
+    drain_finished_incident: str | None = None
+    boot_id: str | None = None  # None when the boot id cannot be read (then no reboot is ever requested)
+    validation_running: str | None = None  # the incident whose validation runs in the background now
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,13 @@ class SetIncidentAnnotation:
 
 
 @dataclass(frozen=True)
+class SetUnhealthyGpus:
+    """Publish the UUIDs of the GPUs the open incident involves (empty: none); Nomad node metadata."""
+
+    uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EmitEvent:
     """A Kubernetes Event on the node. ``key`` makes it idempotent across restarts (same key, one Event)."""
 
@@ -114,6 +128,47 @@ class Requeue:
     incident_id: str
 
 
+@dataclass(frozen=True)
+class Reset:
+    """Reset the incident's GPUs (``gpus``: UUIDs; empty means every GPU) on the node itself, once the
+    drain ended. Planned behind ``RequestPermit("reset", incident_id)``; ``attempt`` counts from 1."""
+
+    incident_id: str
+    gpus: tuple[str, ...]
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Reboot:
+    """Ask for a node reboot (kured's sentinel file or a configured command), once the drain ended.
+
+    ``boot_id`` is the boot id before the request: a different one later means the node came back.
+    Planned behind ``RequestPermit("reboot", incident_id)``."""
+
+    incident_id: str
+    boot_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Validate:
+    """Check the GPUs after a reset or a reboot (``dcgmi diag`` when available); when it passes, the node
+    is ``testing`` until enough clean readings release it. Needs no permit: it takes nothing away."""
+
+    incident_id: str
+    after: Literal["reset", "reboot"]  # what is being validated
+
+
+@dataclass(frozen=True)
+class WithdrawReboot:
+    """The reboot asked for by ``attempt`` did not happen before the deadline (no kured, a command that was
+    ignored): withdraw the request (kured's sentinel) and count the attempt as failed."""
+
+    incident_id: str
+    attempt: int
+    waited_s: float  # the deadline that passed, for the timeline
+
+
 Step = (
     SetCondition
     | SetStateLabel
@@ -122,10 +177,15 @@ Step = (
     | Cordon
     | Uncordon
     | SetIncidentAnnotation
+    | SetUnhealthyGpus
     | EmitEvent
     | RequestPermit
     | Drain
     | Requeue
+    | Reset
+    | Reboot
+    | Validate
+    | WithdrawReboot
 )
 
 
@@ -135,6 +195,8 @@ class StepResult:
     ok: bool
     detail: str = ""
     attempts: int = 1
+    # Started, not finished: the outcome comes with a later pass (a validation running in the background).
+    pending: bool = False
 
 
 @dataclass

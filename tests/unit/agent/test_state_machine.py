@@ -390,7 +390,11 @@ def test_default_incident_ids_are_readable_and_unique() -> None:
 
 
 def test_memory_in_immediate_checks_stands_for_the_memory_check_families() -> None:
+    """``memory`` expands to its check families; a failed DCGM diagnostic (a one-shot test) and the exporter's
+    faults (the same memory and XID checks as NVML's, or DCGM's already-filtered health watches) act at once."""
     assert DebounceConfig().immediate_checks == {
+        "dcgm_diag",
+        "dcgm_exporter",
         "xid",
         "presence",
         "ecc",
