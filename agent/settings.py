@@ -27,6 +27,7 @@ from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.nomad_settings import NomadSettings
 from remediation.plan import RemediationPolicy
 from remediation.requeue import RequeuePolicy
+from remediation.token_source import token_from_env_or_file
 
 ENV_PREFIX = "GPUHEALTH_"
 ENV_NESTED_DELIMITER = "__"
@@ -230,19 +231,14 @@ def aggregator_token(
 
     Raises SettingsError (naming the file, never the token) when the file cannot be read.
     """
-    env = os.environ if environ is None else environ
-    token = env.get(AGGREGATOR_TOKEN_ENV, "").strip()
-    if token:
-        return token
-    if settings.token_file is None:
-        return None
-    try:
-        text = settings.token_file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(
+    return token_from_env_or_file(
+        AGGREGATOR_TOKEN_ENV,
+        settings.token_file,
+        os.environ if environ is None else environ,
+        unreadable=lambda exc: SettingsError(
             f"{settings.token_file}: cannot read the token file: {exc.strerror or exc}"
-        ) from None
-    return text.strip() or None
+        ),
+    )
 
 
 def load_settings(path: str | Path | None = None) -> AgentSettings:

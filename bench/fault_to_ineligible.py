@@ -13,10 +13,7 @@ writes -> Nomad -> a blocking query answering another client.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
-import statistics
 import sys
 import tempfile
 import threading
@@ -28,18 +25,14 @@ from typing import Any
 import requests
 
 from agent.backends.fake_nvml import FakeNvml
-from agent.logging import configure_logging
 from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
-from bench.agent_fleet import percentile
+from bench.fault_latency import latency_summary, run_cli, wait_until_watching
 from sim.nomad.harness import NomadSim
 from sim.nomad.model import node_names
 
-FULL_NODES, QUICK_NODES = 50, 10
-FULL_INJECTIONS, QUICK_INJECTIONS = 200, 30
-TARGET_P99_S = 1.0
 WAIT_S = 15.0
 ANCHOR = "Nomad's NVIDIA device plugin does no health checking at all (REFERENCE.md)"
 
@@ -124,7 +117,7 @@ def run(nodes: int, injections: int) -> dict[str, Any]:
     with NomadSim(nodes=nodes, controllers=False) as sim:
         watcher = EligibilityWatcher(sim.address).start()
         with nomad_fleet(sim, node_names(nodes)) as fleet:
-            _wait_ready([agent for _, _, agent in fleet])
+            wait_until_watching(agent for _, _, agent in fleet)
             writes_before = sum(sim.mutating_requests.values())
             latencies = [
                 inject_once(*fleet[i % len(fleet)], watcher, gpu=(i // len(fleet)) % 8)
@@ -132,57 +125,18 @@ def run(nodes: int, injections: int) -> dict[str, Any]:
             ]
             writes = sum(sim.mutating_requests.values()) - writes_before
         watcher.stop()
-    p99 = percentile(latencies, 0.99)
-    return {
-        "benchmark": "fault_to_ineligible",
-        "agents": nodes,
-        "injections": injections,
-        "p50_s": round(statistics.median(latencies), 4),
-        "p99_s": round(p99, 4),
-        "max_s": round(max(latencies), 4),
-        "mean_s": round(statistics.fmean(latencies), 4),
-        "nomad_writes_per_injection": round(writes / injections, 2),
-        "interval_s": 10.0,
-        "target_p99_s": TARGET_P99_S,
-        "meets_target": p99 <= TARGET_P99_S,
-        "anchor": ANCHOR,
-    }
-
-
-def _wait_ready(agents: list[Agent], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    for agent in agents:
-        feed = agent.parts.feed
-        while not (agent.ready and feed is not None and feed.watching):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{agent.node}: the agent never became ready")
-            time.sleep(0.05)
+    return latency_summary(
+        "fault_to_ineligible",
+        nodes,
+        latencies,
+        ANCHOR,
+        nomad_writes_per_injection=round(writes / injections, 2),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse flags, run, print one JSON object (or a short text summary)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.fault_to_ineligible", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"{QUICK_NODES} agents, {QUICK_INJECTIONS} injections"
-    )
-    parser.add_argument("--nodes", type=int, help=f"agents in the fleet (default {FULL_NODES})")
-    parser.add_argument("--injections", type=int, help=f"XIDs injected (default {FULL_INJECTIONS})")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    configure_logging("error", "json")
-    nodes = args.nodes or (QUICK_NODES if args.quick else FULL_NODES)
-    injections = args.injections or (QUICK_INJECTIONS if args.quick else FULL_INJECTIONS)
-    result = run(nodes, injections)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
-            f"{injections} XIDs on {nodes} agents: p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
-            f"max {result['max_s']} s (target p99 <= {TARGET_P99_S} s)"
-        )
-    return 0
+    return run_cli("python -m bench.fault_to_ineligible", __doc__.splitlines()[0], run, argv)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,6 @@ PATCH -> API server -> watch event at another client. The interval plays no part
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import threading
 import time
@@ -22,14 +19,11 @@ from typing import Any
 import urllib3
 from kubernetes import client, watch
 
-from agent.logging import configure_logging
-from bench.agent_fleet import FleetNode, agent_fleet, percentile
+from bench.agent_fleet import FleetNode, agent_fleet
+from bench.fault_latency import latency_summary, run_cli, wait_until_watching
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 
-FULL_NODES, QUICK_NODES = 50, 10
-FULL_INJECTIONS, QUICK_INJECTIONS = 200, 30
-TARGET_P99_S = 1.0
 TAINT_KEY = "gpuhealth.io/unhealthy"
 WAIT_S = 15.0
 ANCHOR = "NVSentinel's default polling: 15-45 s from fault to cordon (REFERENCE.md)"
@@ -99,64 +93,19 @@ def run(nodes: int, injections: int) -> dict[str, Any]:
         with agent_fleet(sim, names) as fleet:
             for node in fleet:
                 node.agent.start()
-            _wait_ready(fleet)
+            wait_until_watching(node.agent for node in fleet)
             latencies = [
                 inject_once(fleet[i % len(fleet)], watcher, gpu=(i // len(fleet)) % 8)
                 for i in range(injections)
             ]
             writes = sum(node.executor.writes_total for node in fleet)
         watcher.stop()
-    p99 = percentile(latencies, 0.99)
-    return {
-        "benchmark": "fault_to_taint",
-        "agents": nodes,
-        "injections": injections,
-        "p50_s": round(statistics.median(latencies), 4),
-        "p99_s": round(p99, 4),
-        "max_s": round(max(latencies), 4),
-        "mean_s": round(statistics.fmean(latencies), 4),
-        "api_writes": writes,
-        "interval_s": 10.0,
-        "target_p99_s": TARGET_P99_S,
-        "meets_target": p99 <= TARGET_P99_S,
-        "anchor": ANCHOR,
-    }
-
-
-def _wait_ready(fleet: list[FleetNode], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    for node in fleet:
-        feed = node.agent.parts.feed
-        while not (node.agent.ready and feed is not None and feed.watching):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{node.name}: the agent never became ready")
-            time.sleep(0.05)
+    return latency_summary("fault_to_taint", nodes, latencies, ANCHOR, api_writes=writes)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse flags, run, print one JSON object (or a short text summary)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.fault_to_taint", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"{QUICK_NODES} agents, {QUICK_INJECTIONS} injections"
-    )
-    parser.add_argument("--nodes", type=int, help=f"agents in the fleet (default {FULL_NODES})")
-    parser.add_argument("--injections", type=int, help=f"XIDs injected (default {FULL_INJECTIONS})")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    configure_logging("error", "json")
-    nodes = args.nodes or (QUICK_NODES if args.quick else FULL_NODES)
-    injections = args.injections or (QUICK_INJECTIONS if args.quick else FULL_INJECTIONS)
-    result = run(nodes, injections)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
-            f"{injections} XIDs on {nodes} agents: p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
-            f"max {result['max_s']} s (target p99 <= {TARGET_P99_S} s)"
-        )
-    return 0
+    return run_cli("python -m bench.fault_to_taint", __doc__.splitlines()[0], run, argv)
 
 
 if __name__ == "__main__":

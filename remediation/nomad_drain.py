@@ -42,6 +42,7 @@ from remediation.nomad_requeue import (
     RequeueQueries,
     batch_jobs_on,
 )
+from remediation.worker_thread import start_worker, wait_for_worker
 
 log = structlog.get_logger(__name__)
 
@@ -142,13 +143,9 @@ class NomadDrainRunner:
             if current is not None and current.phase is DrainPhase.RUNNING:
                 return f"drain for {current.incident_id} still running: {incident_id} waits"
             self._state = NomadDrainState(incident_id)
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(incident_id, deadline_s),
-            name=f"gpuhealth-nomad-drain:{self.node_id[:8]}",
-            daemon=True,
+        self._thread = start_worker(
+            self._run, (incident_id, deadline_s), f"gpuhealth-nomad-drain:{self.node_id[:8]}"
         )
-        self._thread.start()
         return "drain started"
 
     def updates(self) -> list[NomadDrainUpdate]:
@@ -157,11 +154,7 @@ class NomadDrainRunner:
         return taken
 
     def wait(self, timeout_s: float) -> bool:
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
+        return wait_for_worker(self._thread, timeout_s)
 
     # --- the background thread -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from remediation.nomad_errors import NomadConfigError
+from remediation.token_source import token_from_env_or_file
 
 NOMAD_TOKEN_ENV = "NOMAD_TOKEN"  # noqa: S105 - the variable's name, not a secret
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
@@ -75,17 +76,17 @@ def nomad_token(settings: NomadSettings, environ: Mapping[str, str] | None = Non
 
     Raises NomadConfigError (naming the file, never the token) when the file cannot be read.
     """
-    env = os.environ if environ is None else environ
-    token = env.get(NOMAD_TOKEN_ENV, "").strip()
-    if token:
-        return token
-    if settings.token_file is None:
-        return None
-    try:
-        text = settings.token_file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NomadConfigError(
+    return token_from_env_or_file(
+        NOMAD_TOKEN_ENV,
+        settings.token_file,
+        os.environ if environ is None else environ,
+        unreadable=lambda exc: NomadConfigError(
             f"{settings.token_file}: cannot read the Nomad token file: {exc.strerror or exc}"
-        ) from None
+        ),
+        from_text=_first_line,
+    )
+
+
+def _first_line(text: str) -> str | None:
     lines = text.strip().splitlines()
     return lines[0].strip() if lines else None

@@ -10,12 +10,12 @@ than the executor's own writes (the executor tells the watch what it expects to 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import structlog
 
+from remediation.node_cache import NodeCache
 from remediation.nomad_errors import NomadError, NomadNotFound
 from remediation.nomad_facts import node_facts
 from remediation.steps import NodeFacts
@@ -31,7 +31,7 @@ class NodeQueries(Protocol):
     def watch_node(self, node_id: str, index: int, wait_s: float) -> tuple[dict[str, object], int]: ...
 
 
-class NomadNodeWatch:
+class NomadNodeWatch(NodeCache[dict[str, object]]):
     """Cache of one node kept current by blocking queries."""
 
     def __init__(
@@ -50,33 +50,8 @@ class NomadNodeWatch:
         self._explain = explain  # the node with the executor's writes it does not show yet
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
-        self._lock = threading.Lock()
-        self._changed = threading.Event()
-        self._synced = threading.Event()
-        self._stopping = threading.Event()
-        self._node: dict[str, object] | None = None
-        self._facts = NodeFacts()
         self._expected: list[NodeFacts] = []  # facts our own writes lead to: not someone else's change
-        self._writing = 0
-        self._thread = threading.Thread(target=self._run, name=f"nomad-node-watch-{node_id[:8]}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def synced(self) -> bool:
-        return self._synced.is_set()
-
-    def wait_synced(self, timeout_s: float) -> bool:
-        return self._synced.wait(timeout_s)
-
-    def node(self) -> dict[str, object] | None:
-        with self._lock:
-            return self._node
-
-    def facts(self) -> NodeFacts:
-        with self._lock:
-            return self._facts
+        super().__init__(f"nomad-node-watch-{node_id[:8]}")
 
     @contextlib.contextmanager
     def own_writes(self) -> Iterator[None]:
@@ -98,11 +73,6 @@ class NomadNodeWatch:
         """A node from a direct read (before the watch's first answer, or after a 404)."""
         with self._lock:
             self._store(node)
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        changed = self._changed.wait(max(timeout_s, 0.0))
-        self._changed.clear()
-        return changed
 
     def close(self) -> None:
         """Stop the thread; a blocking query in flight is abandoned (the thread is a daemon)."""

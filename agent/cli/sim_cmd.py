@@ -25,13 +25,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim_sub = sim_parser.add_subparsers(
         dest="sim_command", metavar="SIMULATOR", parser_class=type(sim_parser)
     )
-    kube = sim_sub.add_parser(
-        "kube",
-        help="emulated Kubernetes API server (official client and kubectl compatible)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    kube = _add_simulator(
+        sim_sub, "kube", "emulated Kubernetes API server (official client and kubectl compatible)"
     )
-    kube.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: a free port)")
     kube.add_argument("--nodes", type=int, default=0, metavar="N", help="GPU nodes to create at start-up")
     kube.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for the server to FILE")
     kube.add_argument(
@@ -45,17 +41,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _register_nomad(sim_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    nomad = sim_sub.add_parser(
-        "nomad",
-        help="emulated Nomad HTTP API with GPU client nodes (python-nomad compatible)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    nomad = _add_simulator(
+        sim_sub, "nomad", "emulated Nomad HTTP API with GPU client nodes (python-nomad compatible)"
     )
-    nomad.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: a free port)")
     nomad.add_argument("--nodes", type=int, default=16, metavar="N", help="GPU client nodes (default 16)")
     nomad.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
     nomad.add_argument("--acl", action="store_true", help="enforce ACLs; prints the management token")
     nomad.set_defaults(handler=run_nomad)
+
+
+def _add_simulator(
+    sim_sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str
+) -> argparse.ArgumentParser:
+    """One ``gpuhealth sim NAME`` parser with the flag every emulator takes (its listening port)."""
+    parser = sim_sub.add_parser(
+        name,
+        help=summary,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: a free port)")
+    return parser
 
 
 def _missing_simulator(parser: argparse.ArgumentParser) -> object:
@@ -90,6 +96,16 @@ def _serve_until_signal(stop_server: Callable[[], None]) -> None:
             signal.signal(sig, handler)
 
 
+def _start_listening(start: Callable[[], object], port: int) -> None:
+    """Run an emulator's ``start``; a port that cannot be bound is one clear line, not a traceback."""
+    try:
+        start()
+    except OSError as error:
+        raise CliError(
+            f"cannot listen on 127.0.0.1:{port}: {error.strerror or error}", EXIT_STARTUP_FAILED
+        ) from None
+
+
 def run_nomad(args: argparse.Namespace) -> int:
     """Serve the emulated Nomad API until interrupted; 0 on a clean stop."""
     _check_args(args)
@@ -98,12 +114,7 @@ def run_nomad(args: argparse.Namespace) -> int:
     from sim.nomad.harness import NomadSim
 
     sim = NomadSim(nodes=args.nodes, gpus_per_node=args.gpus_per_node, acl=args.acl, port=args.port)
-    try:
-        sim.start()
-    except OSError as error:
-        raise CliError(
-            f"cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}", EXIT_STARTUP_FAILED
-        ) from None
+    _start_listening(sim.start, args.port)
     print(sim.address, flush=True)
     if sim.management_token:
         # The operator asked for it: this throwaway token exists only in this process.
@@ -118,12 +129,7 @@ def run_kube(args: argparse.Namespace) -> int:
     from sim.kube.harness import KubeSim
 
     sim = KubeSim(nodes=args.nodes, controllers=not args.no_controllers, port=args.port)
-    try:
-        sim.start()
-    except OSError as error:
-        raise CliError(
-            f"cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}", EXIT_STARTUP_FAILED
-        ) from None
+    _start_listening(sim.start, args.port)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import structlog
 
 from agent.recovery.validation import ValidationOutcome
+from remediation.worker_thread import start_worker, wait_for_worker
 
 log = structlog.get_logger(__name__)
 
@@ -51,22 +52,13 @@ class BackgroundValidation:
             if self._running is not None:
                 return f"the validation of {self._running} is still running"
             self._running, self._finished = incident_id, None
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(incident_id, validate),
-            name=f"gpuhealth-validate:{self._node}",
-            daemon=True,  # a diagnostic must not keep a stopping agent alive; a restart runs it again
-        )
-        self._thread.start()
+        # A daemon thread: a diagnostic must not keep a stopping agent alive; a restart runs it again.
+        self._thread = start_worker(self._run, (incident_id, validate), f"gpuhealth-validate:{self._node}")
         return None
 
     def wait(self, timeout_s: float) -> bool:
         """Wait for the running validation to end; True when none runs (tests, shutdown)."""
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
+        return wait_for_worker(self._thread, timeout_s)
 
     def _run(self, incident_id: str, validate: Callable[[], ValidationOutcome]) -> None:
         try:

@@ -31,6 +31,7 @@ from remediation.kubernetes.drain_policy import DrainPolicy, JsonObject
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome
 from remediation.kubernetes.requeue_api import Requeuer
 from remediation.requeue import RequeuePolicy, RequeueReport
+from remediation.worker_thread import start_worker, wait_for_worker
 from sim.clock import Clock
 
 log = structlog.get_logger(__name__)
@@ -116,10 +117,7 @@ class DrainRunner:
             if current is not None and current.phase is DrainPhase.RUNNING:
                 return f"drain for {current.incident_id} still running: {incident_id} waits"
             self._state = DrainState(incident_id)
-        self._thread = threading.Thread(
-            target=self._run, args=(incident_id, deadline_s), name=f"gpuhealth-drain:{self.node}", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_worker(self._run, (incident_id, deadline_s), f"gpuhealth-drain:{self.node}")
         return "drain started"
 
     def updates(self) -> list[DrainUpdate]:
@@ -130,11 +128,7 @@ class DrainRunner:
 
     def wait(self, timeout_s: float) -> bool:
         """Wait for the running drain (and its requeue) to end; True when none runs (tests, shutdown)."""
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
+        return wait_for_worker(self._thread, timeout_s)
 
     # --- the background thread ---------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ ends within a second.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from remediation.kubernetes.api import NodeApi, NodeStream
 from remediation.kubernetes.node_view import JsonObject, node_facts, resource_version_of
 from remediation.kubernetes.retry import classify
+from remediation.node_cache import NodeCache
 from remediation.steps import NodeFacts
 
 log = structlog.get_logger(__name__)
@@ -28,7 +28,7 @@ log = structlog.get_logger(__name__)
 HTTP_GONE = 410
 
 
-class NodeWatch:
+class NodeWatch(NodeCache[JsonObject]):
     """Cache of one node kept current by a watch; ``changed`` is set when the node's facts change."""
 
     def __init__(
@@ -44,49 +44,13 @@ class NodeWatch:
         self._watch_timeout_s = watch_timeout_s
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
-        self._lock = threading.Lock()
-        self._changed = threading.Event()
-        self._synced = threading.Event()
-        self._stopping = threading.Event()
-        self._node: JsonObject | None = None
-        self._facts = NodeFacts()
-        self._writing = 0
         self._stream_facts: NodeFacts | None = None  # facts of the last node the list/watch delivered
         self._own_versions: deque[str] = deque(maxlen=64)  # resourceVersions our writes produced
         self._pending: list[str | None] = []
         self._stream_now: NodeStream | None = None
-        self._thread = threading.Thread(target=self._run, name=f"node-watch-{self._node_name}", daemon=True)
+        super().__init__(f"node-watch-{self._node_name}")
 
     # --- what the executor reads ------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the watch thread (returns at once; ``wait_synced`` waits for the first list)."""
-        self._thread.start()
-
-    @property
-    def synced(self) -> bool:
-        """True once the node has been listed at least once."""
-        return self._synced.is_set()
-
-    def wait_synced(self, timeout_s: float) -> bool:
-        """Wait until the first list has completed; False on timeout."""
-        return self._synced.wait(timeout_s)
-
-    def node(self) -> JsonObject | None:
-        """The last node object seen (None before the first list or after the node was deleted)."""
-        with self._lock:
-            return self._node
-
-    def facts(self) -> NodeFacts:
-        """The facts of the last node seen."""
-        with self._lock:
-            return self._facts
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        """True when the node's facts changed since the previous call (waiting up to ``timeout_s``)."""
-        changed = self._changed.wait(max(timeout_s, 0.0))
-        self._changed.clear()
-        return changed
 
     def record(self, node: JsonObject | None, *, ours: bool = False) -> None:
         """Put a node in the cache from a fresh read or, with ``ours``, from the answer to our own write.

@@ -8,18 +8,15 @@ the discovery documents, ``/version`` and the health endpoints. Every refusal is
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
-import uvicorn
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from sim.http_server import ThreadedHttpServer
 from sim.kube import errors
 from sim.kube.api import KubeApi, Reply, Target, list_query, parse_json_body, parse_selectors
 from sim.kube.errors import ApiError
@@ -351,76 +348,21 @@ class KubeApp:
         )
 
 
-class ApiServer:
+class ApiServer(ThreadedHttpServer):
     """Runs :class:`KubeApp` under uvicorn on 127.0.0.1 in a background thread."""
 
     def __init__(self, app: KubeApp, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.app = app
-        self.host = host
-        self._requested_port = port
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        super().__init__(
+            app,
+            host,
+            port,
+            thread_name="kube-sim-http",
+            api_name="API server",
+            on_start=self._open_watches,
+            on_stop=app.hub.close_all,
+        )
 
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        """Whether the listener is accepting connections."""
-        return self._server is not None
-
-    def start(self, timeout_s: float = 10.0) -> None:
-        """Bind (a free port the first time, the same port afterwards) and serve until :meth:`stop`."""
-        with self._lock:
-            if self._server is not None:
-                return
-            # IPPROTO_TCP explicitly: asyncio disables Nagle's algorithm only on sockets that say TCP, and
-            # without that every response waits ~40 ms for the client's delayed ACK.
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port or self._requested_port))
-            self.port = sock.getsockname()[1]
-            self.app.server_address = f"{self.host}:{self.port}"
-            self.app.hub.closing = False
-            config = uvicorn.Config(
-                self.app,
-                log_level="warning",
-                access_log=False,
-                lifespan="off",
-                http="h11",
-                loop="asyncio",
-                timeout_graceful_shutdown=1,
-                timeout_keep_alive=30,
-            )
-            server = uvicorn.Server(config)
-            thread = threading.Thread(
-                target=server.run, kwargs={"sockets": [sock]}, name="kube-sim-http", daemon=True
-            )
-            thread.start()
-            self._server, self._thread = server, thread
-        deadline = threading.Event()
-        waited = 0.0
-        while not server.started and thread.is_alive() and waited < timeout_s:
-            deadline.wait(0.01)
-            waited += 0.01
-        if not server.started:
-            raise RuntimeError(f"the emulated API server did not start on {self.url}")
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """End open watches, stop the listener and wait for the thread."""
-        with self._lock:
-            server, thread = self._server, self._thread
-            self._server, self._thread = None, None
-        if server is None or thread is None:
-            return
-        self.app.hub.close_all()
-        server.should_exit = True
-        thread.join(timeout_s)
-        if thread.is_alive():
-            server.force_exit = True
-            with contextlib.suppress(RuntimeError):
-                thread.join(timeout_s)
+    def _open_watches(self) -> None:
+        """Tell the app where it listens and let watches in again (the listener (re)starts)."""
+        self.app.server_address = f"{self.host}:{self.port}"
+        self.app.hub.closing = False
