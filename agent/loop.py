@@ -23,7 +23,7 @@ import structlog
 
 from agent.health import NodeHealth
 from agent.metrics import AgentMetrics
-from agent.permit_gate import PermitGate, withhold_unpermitted
+from agent.permit_gate import PermitGate, split_at_first_permit, withhold_unpermitted
 from agent.recovery.settle import settle_recovery
 from agent.snapshot import NodeSnapshot
 from agent.sources import NodeChangeRelay, XidFeed
@@ -183,8 +183,13 @@ class Agent:
         planned = plan(
             health, facts, self.parts.policy, self._memory, recovery=self.parts.recovery, now=self.clock.now()
         )
-        steps, gate_notes = self._permitted(planned.steps, health)
-        report = self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
+        # Mark and taint first: asking the aggregator for a permit (a network call that may be slow or time
+        # out) must never delay the taint that keeps new work off a faulty node.
+        unguarded, guarded = split_at_first_permit(planned.steps)
+        report = self._apply(unguarded)
+        permitted, gate_notes = self._permitted(guarded, health)
+        report.results.extend(self._apply(permitted).results)
+        steps = (*unguarded, *permitted)
         if diagnostics is not None:  # dcgmi diag starts on its thread only once our taint is on
             diagnostics.launch(self.parts.state_machine, report)
         if not self.dry_run:  # a dry run changes nothing, the state file included
@@ -205,6 +210,9 @@ class Agent:
         self.ticks += 1
         self.last = result
         return result
+
+    def _apply(self, steps: Sequence[Step]) -> ApplyReport:
+        return self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
 
     def _permitted(self, planned: list[Step], health: NodeHealth) -> tuple[tuple[Step, ...], list[str]]:
         """The planned steps less those a missing permit withholds; releases a permit whose incident ended."""

@@ -161,6 +161,14 @@ class PermitGate:
         self._log.warning("permit_denied", why=why, code=code, purpose=purpose, error=str(exc))
 
 
+def split_at_first_permit(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
+    """The steps before the first ``RequestPermit`` (mark, taint: never gated) and the rest (from it on)."""
+    for position, step in enumerate(steps):
+        if isinstance(step, RequestPermit):
+            return list(steps[:position]), list(steps[position:])
+    return list(steps), []
+
+
 def withhold_unpermitted(steps: Sequence[Step], gate: PermitGate | None) -> tuple[list[Step], list[str]]:
     """The steps to execute: a ``RequestPermit`` guards every step after it, so when the gate grants no
     permit those steps are withheld (mark and taint, planned before it, still go). The ``RequestPermit``

@@ -5,15 +5,20 @@ sender thread's part with ``deliver()``, one step at a time, the way a runbook r
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from live_aggregator import LiveAggregator
-from scenario_rig import NODE, GpuNode
+from scenario_rig import NODE, GpuNode, eventually
 
 from agent.aggregator_link import AggregatorLink
+from agent.loop import TickResult
 from remediation.aggregator_client import AggregatorClient
+from remediation.plan import RemediationPolicy
+from remediation.steps import Drain
 from sim.clock import ManualClock
 
 TOKEN = "scenario-token"
@@ -169,3 +174,31 @@ def test_a_healthy_node_sends_heartbeats_only_and_writes_nothing_to_kubernetes(
 
     assert gpu_node.writes() == writes
     assert oncall.node(NODE).reports_accepted == 1 + 5  # the first report + one heartbeat a minute
+
+
+def test_a_permit_request_that_hangs_never_delays_the_taint(
+    gpu_node: GpuNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The aggregator accepts connections and never answers (a hung process, an overloaded database): XID 79
+    -> the taint is on the node while the pass still waits for the drain permit; the pass then ends with the
+    drain withheld. Mark and taint never wait for the network."""
+    with socket.socket() as black_hole:
+        black_hole.bind(("127.0.0.1", 0))
+        black_hole.listen(16)
+        monkeypatch.setenv("GPUHEALTH_AGGREGATOR__URL", f"http://127.0.0.1:{black_hole.getsockname()[1]}")
+        monkeypatch.setenv("GPUHEALTH_AGGREGATOR__TIMEOUT_S", "3")
+        monkeypatch.setenv("GPUHEALTH_AGGREGATOR_TOKEN", TOKEN)
+        gpu_node.policy = RemediationPolicy(drain=True)
+        gpu_node.tick()
+        gpu_node.xid(79)
+        results: list[TickResult] = []
+        worker = threading.Thread(target=lambda: results.append(gpu_node.tick()))
+        worker.start()
+
+        assert eventually(lambda: gpu_node.taint() == "reboot:NoSchedule", timeout=2.0)
+        assert worker.is_alive(), "the pass should still be waiting for the permit"
+        worker.join(HANG_GUARD_S)
+
+    assert not worker.is_alive() and len(results) == 1
+    assert not any(isinstance(step, Drain) for step in results[0].steps)
+    assert any("no permit for drain" in note for note in results[0].notes)
