@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.snapshot import NodeSnapshot
 from checks.findings import Verdict
+from sim.scenario.model import Scenario
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 
@@ -31,7 +32,17 @@ def generated_schemas() -> dict[str, dict[str, Any]]:
         "$id": "https://gpuhealth.io/schemas/verdict.schema.json",
         **verdict,
     }
-    return {"snapshot-v1.schema.json": snapshot, "verdict.schema.json": verdict}
+    scenario = Scenario.model_json_schema(by_alias=True, mode="validation")
+    scenario = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://gpuhealth.io/schemas/scenario.v1.json",
+        **scenario,
+    }
+    return {
+        "snapshot-v1.schema.json": snapshot,
+        "verdict.schema.json": verdict,
+        "scenario.v1.json": scenario,
+    }
 
 
 def render(schema: dict[str, Any]) -> str:

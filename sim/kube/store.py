@@ -139,10 +139,12 @@ class StoreEvent:
 EventSink = Callable[[StoreEvent], None]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Subscription:
     resource: str
     sink: EventSink
+    # Set when the watch selects one object by ``metadata.name``: only that object's events reach it.
+    name: str | None = None
 
 
 @dataclass
@@ -175,7 +177,9 @@ class MemoryStore:
         # Watches may resume from any version >= this one: every later event is still in the history.
         self._history_floor = 0
         self._listeners: list[WatchListener] = []
-        self._subscriptions: list[_Subscription] = []
+        # Watches indexed by resource, then by the one name they select (None: every name), so that a
+        # write reaches only the watches that can match it, not every watch of a thousand-node fleet.
+        self._subscriptions: dict[str, dict[str | None, list[_Subscription]]] = {}
 
     # --- reads -------------------------------------------------------------------------------------
 
@@ -297,16 +301,17 @@ class MemoryStore:
                 self._listeners.remove(listener)
 
     def subscribe(
-        self, resource: str, sink: EventSink, since_rv: int | None
+        self, resource: str, sink: EventSink, since_rv: int | None, *, name: str | None = None
     ) -> tuple[WatchStart, Callable[[], None]]:
         """Start receiving the resource's events; atomically get what precedes them.
 
         With ``since_rv`` set, the start holds every event after that version (raises
         :class:`HistoryExpiredError` when some have been dropped from the history); with None, it holds
         the current objects instead. Returns the start and a function that ends the subscription. The
-        sink runs on the writer's thread while the store's lock is held: it must only enqueue.
+        sink runs on the writer's thread while the store's lock is held: it must only enqueue. With
+        ``name`` set, the sink receives only the events of objects of that name (the start is unfiltered).
         """
-        subscription = _Subscription(resource, sink)
+        subscription = _Subscription(resource, sink, name)
         with self._lock:
             if since_rv is None:
                 start = WatchStart(self._rv, current=self.snapshot(resource)[1])
@@ -315,12 +320,16 @@ class MemoryStore:
                     raise HistoryExpiredError(f"too old resource version: {since_rv} ({self._history_floor})")
                 backlog = [e for e in self._history if e.rv > since_rv and e.resource == resource]
                 start = WatchStart(self._rv, backlog=backlog)
-            self._subscriptions.append(subscription)
+            self._subscriptions.setdefault(resource, {}).setdefault(name, []).append(subscription)
 
         def cancel() -> None:
             with self._lock:
-                if subscription in self._subscriptions:
-                    self._subscriptions.remove(subscription)
+                by_name = self._subscriptions.get(resource, {})
+                sessions = by_name.get(name, [])
+                if subscription in sessions:
+                    sessions.remove(subscription)
+                if not sessions:
+                    by_name.pop(name, None)
 
         return start, cancel
 
@@ -467,8 +476,11 @@ class MemoryStore:
             dropped = self._history.popleft()
             self._history_floor = dropped.rv
         self._history.append(event)
-        for subscription in self._subscriptions:
-            if subscription.resource == event.resource:
+        by_name = self._subscriptions.get(event.resource)
+        if by_name:
+            # An object's name never changes, so the entry's name is also the previous version's.
+            name = event.entry.obj["metadata"].get("name")
+            for subscription in [*by_name.get(None, ()), *by_name.get(name, ())]:
                 subscription.sink(event)
         self._notify_listeners(event)
 

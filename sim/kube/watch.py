@@ -228,7 +228,12 @@ async def watch_stream(store: MemoryStore, request: WatchRequest, hub: WatchHub)
     """The body of one watch response, line by line, until timeout, server stop or client disconnect."""
     session = _Session(store, request)
     try:
-        start, cancel = store.subscribe(request.resource_type.store_key, session.sink, request.since_rv)
+        start, cancel = store.subscribe(
+            request.resource_type.store_key,
+            session.sink,
+            request.since_rv,
+            name=request.field_selector.value_for("metadata.name"),
+        )
     except HistoryExpiredError as error:
         yield event_line("ERROR", dumps(expired(str(error)).to_status()))
         return

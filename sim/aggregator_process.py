@@ -1,0 +1,77 @@
+"""The real aggregator app served by uvicorn on a thread of this process, on 127.0.0.1.
+
+Used by ``gpuhealth demo`` and by the scenario tests: ``stop()`` then ``start()`` keeps the port and the
+database, so a scenario can take the aggregator away and bring it back.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from aggregator.app import create_app
+from aggregator.settings import load_settings
+from remediation.aggregator_client import AggregatorClient
+from sim.http_server import wait_until_started
+
+START_TIMEOUT_S = 10.0
+
+
+class AggregatorStartError(RuntimeError):
+    """The aggregator's HTTP server did not come up in time."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class AggregatorServer:
+    """One aggregator (SQLite file ``database``) on a background thread; ``now`` is its clock."""
+
+    def __init__(
+        self,
+        database: Path,
+        token: str,
+        *,
+        now: Callable[[], datetime] | None = None,
+        **settings: object,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = token
+        self._settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "token": token, **settings}
+        self._now = now
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> AggregatorServer:
+        """Serve until :meth:`stop`; returns once the port accepts connections."""
+        settings = load_settings(environ={}, **self._settings)
+        app = create_app(settings, now=self._now) if self._now is not None else create_app(settings)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="gpuhealth-aggregator", daemon=True)
+        self._thread.start()
+        if not wait_until_started(self._server, self._thread, START_TIMEOUT_S):
+            raise AggregatorStartError(f"the aggregator did not start on port {self.port}")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (the port closes; the database stays)."""
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(START_TIMEOUT_S)
+        self._server = None
+
+    def client(self) -> AggregatorClient:
+        """An on-call client of this aggregator."""
+        return AggregatorClient(self.url, self.token, timeout_s=5.0, retries=1)

@@ -1,0 +1,1 @@
+"""Scenarios of ``gpuhealth demo``: a fleet, its workloads, timed faults and the expectations to check."""

@@ -1,0 +1,368 @@
+"""Play a scenario on real time: the fleet, the aggregator, the alert receiver, the agents, the workloads,
+then the timeline of faults, looking at every expectation until each is decided.
+
+Nothing here names an orchestrator's objects: :mod:`sim.scenario.orchestrator` is the seam.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sim.aggregator_process import AggregatorServer
+from sim.scenario.agents import (
+    RunningFleet,
+    SimNode,
+    agent_settings,
+    scaled_knobs,
+    start_agents,
+    wait_ready,
+)
+from sim.scenario.expectations import Look, World, expected_text, look_safely
+from sim.scenario.faults import apply_gpu_fault, describe_fault
+from sim.scenario.kube_orchestrator import KubernetesOrchestrator
+from sim.scenario.model import (
+    AggregatorOutageFault,
+    ApiOutageFault,
+    ClearFault,
+    Expectation,
+    Scenario,
+)
+from sim.scenario.nomad_orchestrator import NomadOrchestrator
+from sim.scenario.orchestrator import JobView, NodeView, Orchestrator
+from sim.scenario.receiver import AlertReceiver
+from sim.scenario.summary import (
+    Durations,
+    ExpectationResult,
+    FaultLatency,
+    RunSummary,
+    summarise_latencies,
+)
+from sim.scenario.targets import TargetError, TargetResolver
+from sim.scenario.timeline import Action, TaintProbe, expand
+
+LOOK_EVERY_S = 0.25
+REFRESH_EVERY_S = 0.5
+GRACE_S = 5.0  # past the last deadline, in case a look came late on a busy machine
+READY_TIMEOUT_S = 60.0
+READY_S_PER_NODE = 0.6  # a large fleet's agents come up one after another (the emulator's watches slow down)
+WORKLOAD_TIMEOUT_S = 60.0
+STALE_AFTER_HEARTBEATS = 3.0  # missed heartbeats before a node is stale (a busy machine delays some)
+
+
+class ScenarioRunError(RuntimeError):
+    """The scenario could not be played (a target names no node, the fleet did not come up)."""
+
+
+@dataclass
+class LiveState:
+    """What the live view shows, refreshed while the timeline plays."""
+
+    at_s: float
+    length_s: float
+    nodes: list[NodeView]
+    job: JobView | None
+    results: dict[str, ExpectationResult | None]  # name -> decided result, None while pending
+    alerts: int
+
+
+class Observer(Protocol):
+    """Who watches a run: progress while starting, timeline events, and the live state."""
+
+    live: bool  # False: refresh() is never called (no fleet reads for a headless run)
+
+    def progress(self, text: str) -> None: ...
+
+    def event(self, at_s: float, text: str) -> None: ...
+
+    def refresh(self, state: LiveState) -> None: ...
+
+
+def orchestrator_for(scenario: Scenario) -> Orchestrator:
+    """The emulated orchestrator the scenario asks for."""
+    if scenario.orchestrator == "kubernetes":
+        return KubernetesOrchestrator()
+    if scenario.orchestrator == "nomad":
+        return NomadOrchestrator()
+    raise ScenarioRunError(f"orchestrator {scenario.orchestrator} is not emulated")
+
+
+@dataclass
+class _Pending:
+    expectation: Expectation
+    looks: int = 0
+    result: ExpectationResult | None = None
+    last: Look | None = field(default=None)
+
+
+def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
+    """Play ``scenario`` and report every expectation; raises ScenarioRunError when it cannot play."""
+    began = time.monotonic()
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuhealth-demo-")))
+        receiver = AlertReceiver().start()
+        stack.callback(receiver.stop)
+        aggregator = _start_aggregator(scenario, workdir, receiver)
+        stack.callback(aggregator.stop)
+        orchestrator = orchestrator_for(scenario)
+        stack.callback(orchestrator.stop)
+        observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
+        names = orchestrator.start(scenario.fleet.nodes, scenario.fleet.gpus_per_node)
+        fleet = _start_fleet(scenario, orchestrator, names, aggregator, workdir, observer)
+        stack.callback(fleet.stop)
+        observer.progress("starting the workloads")
+        try:
+            orchestrator.start_workloads(scenario.workloads, WORKLOAD_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise ScenarioRunError(f"the workloads did not start: {exc}") from None
+        startup_s = time.monotonic() - began
+        observer.progress(f"fleet up in {startup_s:.1f} s; playing {scenario.name!r}")
+        with aggregator.client() as client:
+            world = World(orchestrator, client, receiver, TargetResolver(orchestrator, len(names)))
+            player = _Player(scenario, world, {n.name: n for n in fleet.nodes}, aggregator, observer)
+            results, latencies, timeline_s = player.play()
+        alerts = Counter(alert.kind for alert in receiver.alerts)
+    return RunSummary(
+        scenario=scenario.name,
+        orchestrator=scenario.orchestrator,
+        nodes=scenario.fleet.nodes,
+        passed=all(r.passed for r in results),
+        expectations=results,
+        fault_to_taint=latencies,
+        fault_to_taint_summary=summarise_latencies(latencies),
+        alerts_received=dict(sorted(alerts.items())),
+        durations=Durations(
+            startup_s=round(startup_s, 2),
+            timeline_s=round(timeline_s, 2),
+            total_s=round(time.monotonic() - began, 2),
+        ),
+    )
+
+
+def _start_aggregator(scenario: Scenario, workdir: Path, receiver: AlertReceiver) -> AggregatorServer:
+    knobs = scenario.fleet.aggregator
+    sink = {
+        "name": "demo-receiver",
+        "type": "webhook",
+        "url": receiver.url,
+        "timeout_s": 2.0,
+        "backoff_initial_s": 0.5,
+        "rate_per_minute": 6000.0,
+        "burst": 100,
+    }
+    server = AggregatorServer(
+        workdir / "aggregator.db",
+        secrets.token_urlsafe(24),
+        sqlite_synchronous="NORMAL",  # a throw-away database: a crash loses nothing that matters
+        alert_sinks=[sink],
+        **{**knobs.model_dump(), "stale_after_intervals": stale_after_intervals(scenario)},
+    )
+    return server.start()
+
+
+def stale_after_intervals(scenario: Scenario) -> float:
+    """The aggregator's stale threshold, in the polling intervals the agents report, for this fleet.
+
+    Agents report their polling interval, but a quiet node only sends a heartbeat every ``heartbeat_s``,
+    and a large fleet's agents poll and beat more slowly (``scaled_knobs``): the threshold is the
+    scenario's, but never fewer than ``STALE_AFTER_HEARTBEATS`` heartbeats, so a healthy slow fleet is
+    never shown stale.
+    """
+    knobs = scaled_knobs(scenario.fleet)
+    heartbeats = STALE_AFTER_HEARTBEATS * knobs.heartbeat_s / knobs.interval_s
+    return max(scenario.fleet.aggregator.stale_after_intervals, heartbeats)
+
+
+def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collaborator
+    scenario: Scenario,
+    orchestrator: Orchestrator,
+    names: list[str],
+    aggregator: AggregatorServer,
+    workdir: Path,
+    observer: Observer,
+) -> RunningFleet:
+    token_file = workdir / "token"
+    token_file.write_text(aggregator.token, encoding="utf-8")
+    token_file.chmod(0o600)
+    state_root = workdir / "agents"
+    step = max(len(names) // 10, 1)
+
+    def every_tenth(what: str) -> Callable[[int, int], None]:
+        def report(done: int, total: int) -> None:
+            if done % step == 0 or done == total:
+                observer.progress(f"{what}: {done}/{total}")
+
+        return report
+
+    fleet = start_agents(
+        orchestrator,
+        scenario.fleet,
+        names,
+        lambda name: agent_settings(scenario.fleet, name, state_root, aggregator.url, token_file),
+        every_tenth("agents started"),
+    )
+    try:
+        timeout_s = max(READY_TIMEOUT_S, READY_S_PER_NODE * len(names))
+        wait_ready(fleet.nodes, timeout_s, every_tenth("agents ready"))
+        _wait_known(aggregator, len(names), timeout_s)
+    except TimeoutError as exc:
+        fleet.stop()
+        raise ScenarioRunError(str(exc)) from None
+    return fleet
+
+
+def _wait_known(aggregator: AggregatorServer, count: int, timeout_s: float) -> None:
+    """Until the aggregator has a report from every node (the breaker's and budget's denominator)."""
+    deadline = time.monotonic() + timeout_s
+    with aggregator.client() as client:
+        while client.summary().nodes < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the aggregator heard from fewer than {count} nodes")
+            time.sleep(0.1)
+
+
+class _Player:
+    """Plays the timeline's actions and looks at the expectations until each is decided."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        world: World,
+        nodes: dict[str, SimNode],
+        aggregator: AggregatorServer,
+        observer: Observer,
+    ) -> None:
+        self.scenario = scenario
+        self.world = world
+        self.nodes = nodes
+        self.aggregator = aggregator
+        self.observer = observer
+        self.actions = expand(scenario.timeline)
+        self.pending = [_Pending(e) for e in scenario.expectations]
+        self.probe = TaintProbe(world.orchestrator)
+        self.started = 0.0
+
+    def play(self) -> tuple[list[ExpectationResult], list[FaultLatency], float]:
+        self.probe.start()
+        self.started = time.monotonic()
+        last_refresh = -REFRESH_EVERY_S
+        hard_end = self.scenario.length_s + GRACE_S
+        while True:
+            now = time.monotonic() - self.started
+            while self.actions and self.actions[0].at <= now:
+                self._run(self.actions.pop(0), now)
+            self._look(now)
+            if self.observer.live and now - last_refresh >= REFRESH_EVERY_S:
+                self.observer.refresh(self._state(now))
+                last_refresh = now
+            if (not self.actions and all(p.result for p in self.pending)) or now > hard_end:
+                break
+            time.sleep(LOOK_EVERY_S)
+        now = time.monotonic() - self.started
+        results = [p.result or self._undecided(p, now) for p in self.pending]
+        if self.observer.live:
+            self.observer.refresh(self._state(now))
+        return results, self.probe.stop(), now
+
+    # --- actions ---------------------------------------------------------------------------------------
+
+    def _run(self, action: Action, now: float) -> None:
+        injection = action.injection
+        fault = injection.fault
+        if isinstance(fault, ApiOutageFault):
+            self.world.orchestrator.api_outage(fault.seconds)
+            self.observer.event(now, f"{self.scenario.orchestrator} API down for {fault.seconds:g} s")
+            return
+        if isinstance(fault, AggregatorOutageFault):
+            self._aggregator_outage(fault.seconds)
+            self.observer.event(now, f"aggregator down for {fault.seconds:g} s")
+            return
+        assert injection.target is not None  # the model requires one for every GPU fault
+        try:
+            targets = self.world.targets.resolve(injection.target)
+        except TargetError as exc:
+            raise ScenarioRunError(f"injection {injection.label()}: {exc}") from None
+        self.world.targets.record_hit(injection.label(), targets)
+        applied = ClearFault() if action.repair else fault
+        started = time.monotonic()
+        for name in targets:
+            apply_gpu_fault(self.nodes[name].nvml, injection.gpu, applied)
+            if action.play == 0 and not action.repair and not isinstance(fault, ClearFault):
+                self.probe.watch(injection.label(), name, started)
+        where = ", ".join(targets[:4]) + (f" (+{len(targets) - 4})" if len(targets) > 4 else "")
+        what = "repaired" if action.repair else describe_fault(fault)
+        self.observer.event(now, f"{what} on GPU {injection.gpu} of {where}")
+
+    def _aggregator_outage(self, seconds: float) -> None:
+        self.aggregator.stop()
+        timer = threading.Timer(seconds, self.aggregator.start)
+        timer.daemon = True
+        timer.start()
+
+    # --- expectations ----------------------------------------------------------------------------------
+
+    def _look(self, now: float) -> None:
+        for pending in self.pending:
+            if pending.result is None:
+                self._look_at(pending, now)
+
+    def _look_at(self, pending: _Pending, now: float) -> None:
+        expectation = pending.expectation
+        window = expectation.during
+        if now < expectation.first_look:
+            return
+        try:
+            seen = look_safely(expectation, self.world)
+        except TargetError as exc:
+            seen = Look(False, str(exc))
+        pending.looks += 1
+        pending.last = seen
+        if window is not None:
+            if not seen.holds:
+                self._decide(pending, now, passed=False)
+            elif now >= window.end:
+                self._decide(pending, now, passed=True)
+        elif seen.holds:
+            self._decide(pending, now, passed=True)
+        elif expectation.by is not None and now > expectation.by:
+            self._decide(pending, now, passed=False)
+
+    def _decide(self, pending: _Pending, now: float, *, passed: bool) -> None:
+        expectation = pending.expectation
+        observed = pending.last.observed if pending.last else "never looked at"
+        pending.result = ExpectationResult(
+            name=expectation.name,
+            expected=expected_text(expectation),
+            observed=observed,
+            passed=passed,
+            at_s=round(now, 2),
+        )
+        self.observer.event(now, f"{'PASS' if passed else 'FAIL'} {expectation.name}: {observed}")
+
+    def _undecided(self, pending: _Pending, now: float) -> ExpectationResult:
+        holds = pending.expectation.during is not None and pending.looks > 0
+        return ExpectationResult(
+            name=pending.expectation.name,
+            expected=expected_text(pending.expectation),
+            observed=pending.last.observed if pending.last else "never looked at",
+            passed=holds,
+            at_s=round(now, 2),
+        )
+
+    def _state(self, now: float) -> LiveState:
+        return LiveState(
+            at_s=now,
+            length_s=self.scenario.length_s,
+            nodes=self.world.orchestrator.nodes(),
+            job=self.world.orchestrator.job(),
+            results={p.expectation.name: p.result for p in self.pending},
+            alerts=len(self.world.receiver.alerts),
+        )

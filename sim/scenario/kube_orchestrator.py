@@ -1,0 +1,250 @@
+"""The Kubernetes side of a scenario: ``sim.kube`` with every controller, JobSet training and inference.
+
+The API server runs in this process over real HTTP; each agent gets its own API client, as a DaemonSet pod
+would. What the agents did is read back from the emulator's store (the same objects the API serves).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+
+from agent.backends.nvml import NvmlLibrary
+from agent.loop import Agent
+from agent.settings import AgentSettings
+from agent.wiring import build_agent
+from remediation.kubernetes import CORDONED_ANNOTATION, STATE_LABEL, TAINT_KEY
+from sim.clock import RealClock
+from sim.kube.fleet import build_fleet
+from sim.kube.harness import KubeSim
+from sim.kube.kubeconfig import DUMMY_TOKEN
+from sim.scenario.model import InferenceService, Role, TrainingJob, Workloads
+from sim.scenario.orchestrator import JobView, NodeView
+from sim.scenario.recovery import simulated_recovery
+
+JOBSET_KEY = "jobsets.jobset.x-k8s.io"
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOB_LABEL = "batch.kubernetes.io/job-name"
+PDB_KEY = "poddisruptionbudgets.policy"
+POLL_S = 0.05
+# One API client (one connection pool) for every agent: a client per agent costs a pool and its buffers
+# each, which at a thousand agents is most of the process's memory. Watches hold a connection each; the
+# pool keeps this many for reuse and opens (then drops) extra ones as requests need them.
+SHARED_POOL_CONNECTIONS = 64
+
+
+class KubernetesOrchestrator:
+    """``sim.kube`` (API server, scheduler, kubelet, Job/JobSet/disruption controllers) on real time."""
+
+    kind = "kubernetes"
+
+    def __init__(self) -> None:
+        self._sim: KubeSim | None = None
+        self._workloads = Workloads()
+        self._gpus = 8
+        self._gangs: list[frozenset[str]] = []  # the training job's pod UIDs, one set per gang seen running
+        self._client: client.ApiClient | None = None
+
+    @property
+    def sim(self) -> KubeSim:
+        if self._sim is None:
+            raise RuntimeError("the orchestrator is not started")
+        return self._sim
+
+    def start(self, nodes: int, gpus_per_node: int) -> list[str]:
+        self._gpus = gpus_per_node
+        # Few bookmarks: with a thousand node watches open, frequent bookmarks alone would keep a core busy.
+        self._sim = KubeSim(clock=RealClock(), workloads=True, bookmark_interval_s=30.0).start()
+        return build_fleet(self._sim.store, nodes, gpus_per_node=gpus_per_node)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            shared: Any = self._client  # the client's close() carries no annotations
+            shared.close()
+            self._client = None
+        if self._sim is not None:
+            self._sim.stop()
+            self._sim = None
+
+    def build_agent(self, settings: AgentSettings, library: NvmlLibrary) -> Agent:
+        return build_agent(
+            settings,
+            library=library,
+            api_client=self._shared_client(),
+            clock=RealClock(),
+            recovery_actions=simulated_recovery(settings, library),
+        )
+
+    def _shared_client(self) -> client.ApiClient:
+        if self._client is None:
+            configuration = client.Configuration(
+                host=self.sim.url, api_key={"authorization": f"Bearer {DUMMY_TOKEN}"}
+            )
+            configuration.connection_pool_maxsize = SHARED_POOL_CONNECTIONS
+            self._client = client.ApiClient(configuration)
+        return self._client
+
+    # --- workloads -------------------------------------------------------------------------------------
+
+    def start_workloads(self, workloads: Workloads, timeout_s: float) -> None:
+        self._workloads = workloads
+        store = self.sim.store
+        store.create("namespaces", {"metadata": {"name": workloads.namespace}})
+        expected = 0
+        if workloads.training is not None:
+            self._create_training(workloads.training)
+            expected += workloads.training.nodes
+        if workloads.inference is not None:
+            self._create_inference(workloads.inference)
+            expected += workloads.inference.replicas
+        deadline = time.monotonic() + timeout_s
+        while len(self._running_pods()) < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self._running_pods())} of {expected} workload pods run")
+            time.sleep(POLL_S)
+        self.job()  # the first gang, so that a later one counts as a restart
+
+    def _pod_spec(self, gpus: int) -> dict[str, Any]:
+        container = {"name": "main", "image": "demo", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+        return {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
+
+    def _create_training(self, job: TrainingJob) -> None:
+        namespace = self._workloads.namespace
+        template = {
+            "spec": {
+                "parallelism": 1,
+                "completions": 1,
+                "backoffLimit": 3,
+                "template": {"spec": self._pod_spec(self._gpus)},
+            }
+        }
+        body = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": job.name, "namespace": namespace},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": job.nodes, "template": template}]},
+        }
+        if job.pdb_min_available is not None:
+            pdb = {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": job.name, "namespace": namespace},
+                "spec": {
+                    "minAvailable": job.pdb_min_available,
+                    "selector": {"matchLabels": {JOBSET_LABEL: job.name}},
+                },
+            }
+            self.sim.store.create(PDB_KEY, pdb)
+        self.sim.store.create(JOBSET_KEY, body)
+
+    def _create_inference(self, service: InferenceService) -> None:
+        # A Job whose pods keep running stands in for a Deployment: the emulator runs Jobs, not ReplicaSets,
+        # and a Job replaces an evicted pod just as a ReplicaSet would.
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": service.name, "namespace": self._workloads.namespace},
+            "spec": {
+                "parallelism": service.replicas,
+                "completions": service.replicas,
+                "template": {"spec": self._pod_spec(service.gpus)},
+            },
+        }
+        self.sim.store.create("jobs.batch", body)
+
+    # --- reading back ----------------------------------------------------------------------------------
+
+    def _running_pods(self, **labels: str) -> list[dict[str, Any]]:
+        return [
+            pod
+            for pod in self.sim.store.list("pods", self._workloads.namespace)
+            if pod["status"].get("phase") == "Running"
+            and "deletionTimestamp" not in pod["metadata"]
+            and all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
+
+    def _role_labels(self, role: Role) -> dict[str, str] | None:
+        if role == "training" and self._workloads.training is not None:
+            return {JOBSET_LABEL: self._workloads.training.name}
+        if role == "inference" and self._workloads.inference is not None:
+            return {JOB_LABEL: self._workloads.inference.name}
+        return None
+
+    def role_nodes(self, role: Role) -> list[str]:
+        if role == "idle":
+            busy = {pod["spec"].get("nodeName") for pod in self._running_pods()}
+            return sorted(name for name in self._node_names() if name not in busy)
+        labels = self._role_labels(role)
+        if labels is None:
+            return []
+        return sorted({str(pod["spec"]["nodeName"]) for pod in self._running_pods(**labels)})
+
+    def _node_names(self) -> list[str]:
+        return sorted(str(node["metadata"]["name"]) for node in self.sim.store.list("nodes", None))
+
+    def node(self, name: str) -> NodeView:
+        found = self.sim.store.get("nodes", None, name)
+        if found is None:
+            raise LookupError(f"no node {name}")
+        return self._view(found, self._pods_per_node())
+
+    def nodes(self) -> list[NodeView]:
+        per_node = self._pods_per_node()
+        views = [self._view(node, per_node) for node in self.sim.store.list("nodes", None)]
+        return sorted(views, key=lambda view: view.name)
+
+    def _pods_per_node(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for pod in self.sim.store.list("pods", self._workloads.namespace):
+            node = pod["spec"].get("nodeName")
+            if (
+                node
+                and "deletionTimestamp" not in pod["metadata"]
+                and pod["status"].get("phase")
+                in (
+                    "Pending",
+                    "Running",
+                )
+            ):
+                counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    @staticmethod
+    def _view(node: dict[str, Any], pods: dict[str, int]) -> NodeView:
+        metadata = node["metadata"]
+        name = str(metadata["name"])
+        taint = next((t for t in node["spec"].get("taints") or [] if t.get("key") == TAINT_KEY), None)
+        ours = (metadata.get("annotations") or {}).get(CORDONED_ANNOTATION) == "true"
+        return NodeView(
+            name=name,
+            state=(metadata.get("labels") or {}).get(STATE_LABEL),
+            taint=str(taint.get("value") or "") if taint is not None else None,
+            cordoned=bool(node["spec"].get("unschedulable")) and ours,
+            workload_pods=pods.get(name, 0),
+        )
+
+    def job(self) -> JobView | None:
+        training = self._workloads.training
+        if training is None:
+            return None
+        jobset = self.sim.store.get(JOBSET_KEY, self._workloads.namespace, training.name)
+        counted = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
+        pods = self._running_pods(**{JOBSET_LABEL: training.name})
+        self._note_gang(pods, training.nodes)
+        return JobView(
+            restarts=max(counted, len(self._gangs) - 1),
+            running_nodes=tuple(sorted(str(pod["spec"]["nodeName"]) for pod in pods)),
+            expected_pods=training.nodes,
+        )
+
+    def _note_gang(self, pods: list[dict[str, Any]], size: int) -> None:
+        """A whole new gang running (no pod of the previous one) is a restart, whichever way it was done:
+        the JobSet's own counter misses a suspend/resume toggle, which recreates every pod just the same."""
+        uids = frozenset(str(pod["metadata"]["uid"]) for pod in pods)
+        if len(uids) == size and (not self._gangs or not uids & self._gangs[-1]):
+            self._gangs.append(uids)
+
+    def api_outage(self, seconds: float) -> None:
+        self.sim.faults.outage(seconds)

@@ -1,0 +1,93 @@
+"""An alert receiver on 127.0.0.1: the aggregator's generic webhook sink posts here during a scenario."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MAX_BODY = 1_048_576
+
+
+@dataclass(frozen=True)
+class ReceivedAlert:
+    """The fields of one ``gpuhealth.alert/v1`` document a scenario looks at."""
+
+    kind: str
+    status: str
+    node: str | None
+    summary: str
+    received_s: float  # seconds since the receiver started
+
+
+class AlertReceiver:
+    """Records every alert POSTed to it; ``url`` is what the webhook sink is configured with."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._started = self._monotonic()
+        self._lock = threading.Lock()
+        self._alerts: list[ReceivedAlert] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="gpuhealth-alert-receiver", daemon=True
+        )
+
+    def start(self) -> AlertReceiver:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def alerts(self) -> list[ReceivedAlert]:
+        with self._lock:
+            return list(self._alerts)
+
+    def count(self, kind: str, nodes: set[str] | None = None) -> int:
+        """Firing alerts of ``kind`` received (for any of ``nodes`` when given)."""
+        return sum(
+            1 for alert in self.alerts if alert.kind == kind and (nodes is None or alert.node in nodes)
+        )
+
+    def _record(self, body: bytes) -> bool:
+        try:
+            document = json.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(document, dict) or not isinstance(document.get("kind"), str):
+            return False
+        alert = ReceivedAlert(
+            kind=document["kind"],
+            status=str(document.get("status") or ""),
+            node=document.get("node") if isinstance(document.get("node"), str) else None,
+            summary=str(document.get("summary") or ""),
+            received_s=self._monotonic() - self._started,
+        )
+        with self._lock:
+            self._alerts.append(alert)
+        return True
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY)
+                accepted = receiver._record(self.rfile.read(length))
+                self.send_response(200 if accepted else 400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                return  # the demo's view shows alerts; no access log on the terminal
+
+        return Handler

@@ -1,0 +1,96 @@
+"""`gpuhealth demo` through the installed console script: the JSON summary, exit codes, bad scenario files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+SMALL = """
+schema: gpuhealth.scenario/v1
+name: small
+fleet: {nodes: 3, gpus_per_node: 2}
+timeline:
+  - {at: 0.5s, name: hit, target: {role: idle, index: 0}, fault: {kind: xid, xid: 79}}
+expectations:
+  - {name: the XID 79 node is tainted, kind: taint, target: {injection: hit}, value: %s, by: 6s}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_json_summary_has_each_expectation_and_the_fault_to_taint_latency(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """--json prints one object: scenario, passed, expectations [{name, expected, observed, passed}],
+    the measured latencies with p50/p99, and the durations; exit 0 when every expectation held."""
+    result = run_cli("demo", "--scenario", str(write(tmp_path, SMALL % "reboot")), "--json")
+
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["scenario"] == "small" and summary["passed"] is True and summary["nodes"] == 3
+    (entry,) = summary["expectations"]
+    assert {"name", "expected", "observed", "passed"} <= entry.keys()
+    assert entry["passed"] is True and "tainted=reboot" in entry["observed"]
+    (latency,) = summary["fault_to_taint"]
+    assert latency["injection"] == "hit" and 0 < latency["seconds"] < 6
+    assert summary["fault_to_taint_summary"]["samples"] == 1
+    assert summary["fault_to_taint_summary"]["p99_s"] == latency["seconds"]
+    assert isinstance(summary["alerts_received"], dict)
+    assert summary["durations"]["total_s"] > 0
+
+
+def test_an_expectation_that_does_not_hold_fails_the_run_with_exit_1(run_cli: RunCli, tmp_path: Path) -> None:
+    """The taint's value is reboot, the scenario expects replace: the summary shows both and the exit is 1."""
+    result = run_cli("demo", "--scenario", str(write(tmp_path, SMALL % "replace")), "--headless")
+
+    assert result.returncode == 1, result.stderr
+    assert "expectations failed" in result.stdout
+    assert "tainted=replace" in result.stdout and "tainted=reboot" in result.stdout
+    assert "demo:" in result.stderr  # progress lines go to stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("schema: [oops", "not valid YAML at line 1"),
+        (
+            "schema: gpuhealth.scenario/v1\nname: x\ntimeline:\n"
+            "- {at: 1s, target: {role: idle}, fault: {kind: melt}}\n",
+            "timeline[0].fault: unknown kind 'melt'",
+        ),
+        ("schema: gpuhealth.scenario/v1\nfleet: {nodes: 4}\n", "name: Field required"),
+        (
+            "schema: gpuhealth.scenario/v1\nname: x\nfleet: {nodes: many}\n",
+            "fleet.nodes: Input should be a valid",
+        ),
+    ],
+    ids=["bad-yaml", "unknown-fault-kind", "missing-field", "wrong-type"],
+)
+def test_an_invalid_scenario_file_is_one_line_naming_the_problem_and_exit_2(
+    run_cli: RunCli, tmp_path: Path, text: str, problem: str
+) -> None:
+    path = write(tmp_path, text)
+    result = run_cli("demo", "--scenario", str(path), "--json")
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert str(path) in result.stderr and problem in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_missing_scenario_file_is_one_line_and_exit_2(run_cli: RunCli, tmp_path: Path) -> None:
+    result = run_cli("demo", "--scenario", str(tmp_path / "nope.yaml"))
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "cannot read" in result.stderr
