@@ -1,46 +1,8 @@
-"""An executor that cannot act (Nomad refused its token) makes the node's verdict ``unknown``.
-
-The agent keeps running and keeps judging its GPUs, but what it reports must not read as "all is well
-here": a finding with status ``unknown`` (CONTRACTS.md section 2: a source that should answer and cannot)
-says the node's remediation is blind, and the aggregator shows the node ``unknown`` once the state
-machine's ``unknown_readings`` have passed. The executor itself logs the cause once.
-"""
+"""Former home of the executor-problem finding source, now ``remediation.executor_problem`` (it serves the
+Kubernetes executor too); these names stay importable from here."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from remediation.executor_problem import CODE, ExecutorProblemFindings, ExecutorWithProblem
 
-from agent.snapshot import NodeSnapshot
-from checks.findings import Action, Finding, Status
-
-CODE = "EXECUTOR_FORBIDDEN"
-
-
-@runtime_checkable
-class ExecutorWithProblem(Protocol):
-    """An executor that says when it cannot act (``NomadExecutor``)."""
-
-    @property
-    def problem(self) -> str | None: ...
-
-
-class ExecutorProblemFindings:
-    """A finding source (``agent.loop.FindingSource``): an unknown finding while the executor cannot act."""
-
-    def __init__(self, executor: ExecutorWithProblem) -> None:
-        self._executor = executor
-
-    def findings(self, snapshot: NodeSnapshot) -> list[Finding]:
-        problem = self._executor.problem
-        if problem is None:
-            return []
-        return [
-            Finding(
-                check="executor",
-                gpu=None,
-                status=Status.UNKNOWN,
-                code=CODE,
-                message=problem,
-                action=Action.NONE,
-            )
-        ]
+__all__ = ["CODE", "ExecutorProblemFindings", "ExecutorWithProblem"]

@@ -1,7 +1,79 @@
-"""The executor's own exceptions (configuration problems only: API errors end up in ``StepResult``)."""
+"""The executor's own exceptions, and what a 403 from the API server means.
+
+Configuration problems raise :class:`KubeExecutorError`; API errors end up in ``StepResult``. A 403 is
+either RBAC (the agent's service account lacks a verb on a resource) or an admission policy that denied
+this one change (the chart's ValidatingAdmissionPolicy, or a webhook). Both hold the executor's writes, but
+they need different fixes, so :class:`Refusal` keeps them apart.
+"""
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kubernetes.client.exceptions import ApiException
+
+HTTP_FORBIDDEN = 403
+# How the API server words an admission denial (ValidatingAdmissionPolicy, then admission webhooks).
+ADMISSION_MARKERS = ("denied request", "denied the request", "admission webhook")
+POLICY_MESSAGE_CHARS = 200  # the policy's own message, shortened: one log line, one finding message
 
 
 class KubeExecutorError(Exception):
     """The executor cannot be set up: no kubeconfig, not in a cluster, no node name."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A 403: which request was refused, and whether an admission policy (not RBAC) refused it."""
+
+    verb: str
+    resource: str
+    by_admission: bool
+    policy_message: str = ""
+
+    @property
+    def cause(self) -> str:
+        """``admission`` or ``rbac``, for log fields."""
+        return "admission" if self.by_admission else "rbac"
+
+    def describe(self) -> str:
+        """One line for the log, the step result and the ``EXECUTOR_FORBIDDEN`` finding (no credential)."""
+        if self.by_admission:
+            return (
+                f"{self.verb} {self.resource} refused by admission policy (HTTP 403): {self.policy_message}"
+            )
+        return (
+            f"Kubernetes RBAC refused the agent's service account (HTTP 403): it may not "
+            f"{self.verb} {self.resource}; its ClusterRole needs that verb"
+        )
+
+
+class KubeForbidden(ApiException):
+    """A 403 on a request the executor made, with the verb and resource it was for."""
+
+    def __init__(self, error: ApiException, refusal: Refusal) -> None:
+        super().__init__(status=error.status, reason=error.reason, body=error.body)
+        self.headers = error.headers
+        self.refusal = refusal
+
+
+def refusal_of(error: ApiException, *, verb: str, resource: str) -> Refusal:
+    """Read a 403's Status body: an admission denial carries the policy's message, RBAC only the verb."""
+    message = _status_message(error)
+    marker = next((marker for marker in ADMISSION_MARKERS if marker in message), None)
+    if marker is None:
+        return Refusal(verb=verb, resource=resource, by_admission=False)
+    # "... denied request: <the policy's message>": what follows the marker is what the policy says.
+    said = message.split(marker, 1)[1].lstrip(" :")
+    policy_message = " ".join(said.split())[:POLICY_MESSAGE_CHARS] or "no message"
+    return Refusal(verb=verb, resource=resource, by_admission=True, policy_message=policy_message)
+
+
+def _status_message(error: ApiException) -> str:
+    try:
+        body = json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message) if message is not None else ""

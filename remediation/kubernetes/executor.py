@@ -3,16 +3,22 @@
 Every step is idempotent: it reads what it must, writes only when the node differs from the step, and treats
 "already so" as done. API errors never escape ``apply``: a step that cannot be applied within its deadline
 comes back ``ok=False`` and the agent loop applies it again on its next tick.
+
+A 403 (RBAC without a verb, or an admission policy denying the change) is not retried pass after pass: it
+is logged once as ``kubernetes_forbidden`` naming the verb and resource, every write is held for
+``forbidden_hold_s``, and ``problem`` says why meanwhile (the agent turns it into an ``unknown``
+``EXECUTOR_FORBIDDEN`` finding). The first write that goes through after the hold ends the problem.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,15 +29,21 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from agent.snapshot import utc_now
+from remediation.forbidden_hold import ForbiddenHold
 from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
 from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState, DrainUpdate
-from remediation.kubernetes.errors import KubeExecutorError
+from remediation.kubernetes.errors import (
+    HTTP_FORBIDDEN,
+    KubeExecutorError,
+    KubeForbidden,
+    refusal_of,
+)
 from remediation.kubernetes.idle import gpu_pods
 from remediation.kubernetes.names import CORDONED_ANNOTATION
 from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
 from remediation.kubernetes.node_watch import NodeWatch
-from remediation.kubernetes.retry import RetryPolicy, RetrySettings
+from remediation.kubernetes.retry import Failure, RetryPolicy, RetrySettings
 from remediation.steps import (
     ApplyReport,
     Cordon,
@@ -75,6 +87,7 @@ class KubernetesExecutor:
         clock: Callable[[], datetime] = utc_now,
         sleep: Callable[[float], None] = time.sleep,
         drain: DrainSetup | None = None,
+        forbidden_hold_s: float = 300.0,
     ) -> None:
         if not node_name:
             raise KubeExecutorError("the Kubernetes executor needs a node name (set NODE_NAME)")
@@ -88,6 +101,7 @@ class KubernetesExecutor:
         )
         self._retry = RetryPolicy(settings, sleep=sleep, wall=lambda: clock().timestamp())
         self._clock = clock
+        self._hold = ForbiddenHold(forbidden_hold_s, lambda: clock().timestamp())
         self._closed = threading.Event()
         self._owns_client = False
         self._last_resync = clock()
@@ -211,6 +225,11 @@ class KubernetesExecutor:
         """Wait for the watch's first list; False on timeout (e.g. the API server is down)."""
         return self._watch.wait_synced(timeout_s)
 
+    @property
+    def problem(self) -> str | None:
+        """Why the executor cannot act right now (a 403 it is holding its writes for), or None."""
+        return self._hold.problem
+
     def needs_resync(self) -> bool:
         """True once every ``resync_s``: time for the loop to re-plan from scratch to repair drift."""
         now = self._clock()
@@ -232,18 +251,42 @@ class KubernetesExecutor:
         operation = self._operation(step)
         if operation is None:
             return StepResult(step=step, ok=True, detail="handled by the agent loop", attempts=0), False
+        held = self._hold.skipped()
+        if held is not None:
+            return StepResult(step=step, ok=False, detail=held, attempts=0), False
         name = type(step).__name__
         writes_before = self.writes_total
         outcome = self._retry.call(operation, step=name)
         failure = outcome.failure
         if failure is not None:
-            result = StepResult(step=step, ok=False, detail=failure.describe(), attempts=outcome.attempts)
+            detail = self._failed(failure, name)
+            result = StepResult(step=step, ok=False, detail=detail, attempts=outcome.attempts)
             return result, failure.server_unavailable
         detail = outcome.value or "done"
+        wrote = self.writes_total > writes_before
+        if wrote and self._hold.allowed():
+            self._log.info("kubernetes_writes_allowed_again", step=name)
         # Mutations are worth an info line each (an audit trail); steps that found nothing to do are not.
-        level = self._log.info if self.writes_total > writes_before else self._log.debug
+        level = self._log.info if wrote else self._log.debug
         level("step applied", step=name, detail=detail, attempts=outcome.attempts)
         return StepResult(step=step, ok=True, detail=detail, attempts=outcome.attempts), False
+
+    def _failed(self, failure: Failure, name: str) -> str:
+        """The step's detail; a refusal starts the write hold and is logged once (never the credential)."""
+        refusal = failure.refusal
+        if refusal is None:
+            return failure.describe()
+        problem = refusal.describe()
+        if self._hold.refused(problem):
+            self._log.error(
+                "kubernetes_forbidden",
+                step=name,
+                verb=refusal.verb,
+                resource=refusal.resource,
+                cause=refusal.cause,
+                problem=problem,
+            )
+        return f"HTTP {failure.status} forbidden: {problem}"  # the "HTTP <status>" lead of every failure
 
     def _operation(self, step: Step) -> Callable[[], str] | None:
         handlers: dict[type, Callable[[Any], str]] = {
@@ -312,7 +355,8 @@ class KubernetesExecutor:
             step, node_name=self.node_name, node_uid=node_uid, component=self._component, now=self._clock()
         )
         try:
-            self._api.create_event(body)
+            with _refusal_named("create", "events"):
+                self._api.create_event(body)
         except ApiException as error:
             if error.status == HTTP_CONFLICT and _status_reason(error) == "AlreadyExists":
                 return "already recorded"  # same key as an Event a previous run emitted: one Event
@@ -332,13 +376,26 @@ class KubernetesExecutor:
     # --- requests -----------------------------------------------------------------------------------------
 
     def _read_node(self) -> JsonObject:
-        node = self._api.read()
+        with _refusal_named("get", "nodes"):
+            node = self._api.read()
         self._watch.record(node)
         return node
 
     def _patch(self, body: JsonObject, *, status: bool = False) -> None:
-        node = self._api.patch_status(body) if status else self._api.patch(body)
+        with _refusal_named("patch", "nodes/status" if status else "nodes"):
+            node = self._api.patch_status(body) if status else self._api.patch(body)
         self._watch.record(node, ours=True)
+
+
+@contextlib.contextmanager
+def _refusal_named(verb: str, resource: str) -> Iterator[None]:
+    """A 403 inside becomes ``KubeForbidden`` naming ``verb`` and ``resource`` (what RBAC must grant)."""
+    try:
+        yield
+    except ApiException as error:
+        if error.status != HTTP_FORBIDDEN or isinstance(error, KubeForbidden):
+            raise
+        raise KubeForbidden(error, refusal_of(error, verb=verb, resource=resource)) from error
 
 
 def _status_reason(error: ApiException) -> str | None:

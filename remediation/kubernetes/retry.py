@@ -2,7 +2,8 @@
 
 Retryable: 429 (waiting what ``Retry-After`` says), 500/502/503/504, 409 Conflict (the operation re-reads the
 node and re-applies), and transport failures (connection refused or reset, timeouts) that urllib3 raises.
-Everything else (400, 403, 404, 422 ...) fails at once: asking again would get the same answer.
+Everything else (400, 403, 404, 422 ...) fails at once: asking again would get the same answer. A 403 the
+executor made (``KubeForbidden``) carries its ``Refusal``; the executor logs it once and holds its writes.
 
 The deadline is short on purpose: the agent loop re-plans and re-applies on its next tick, so an outage of
 minutes costs a few failed ticks, never a loop blocked for minutes.
@@ -20,6 +21,8 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import RetryCallState, Retrying, retry_if_exception
+
+from remediation.kubernetes.errors import KubeForbidden, Refusal
 
 log = structlog.get_logger(__name__)
 
@@ -50,11 +53,13 @@ class RetrySettings(BaseModel):
 
 @dataclass(frozen=True)
 class Failure:
-    """A failed request in one line: HTTP status (0 for transport errors), reason, and Retry-After."""
+    """A failed request in one line: HTTP status (0 for transport errors), reason, and Retry-After; for a
+    403 on one of the executor's requests, what was refused."""
 
     status: int
     reason: str
     retry_after_s: float | None = None
+    refusal: Refusal | None = None
 
     @property
     def retryable(self) -> bool:
@@ -84,7 +89,8 @@ def classify(error: BaseException) -> Failure | None:
     """Describe an API or transport error; None for anything else (a bug, which must not be retried)."""
     if isinstance(error, ApiException):
         reason = str(error.reason or "").splitlines()[0] if error.reason else "error"
-        return Failure(int(error.status or 0) or 500, reason, _retry_after(error))
+        refusal = error.refusal if isinstance(error, KubeForbidden) else None
+        return Failure(int(error.status or 0) or 500, reason, _retry_after(error), refusal)
     if isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return Failure(0, type(error).__name__)
     return None
@@ -175,6 +181,8 @@ class RetryPolicy:
             failure = classify(error) or Failure(0, type(error).__name__)
             if failure.retry_after_s is not None:
                 self._throttled_until = self._wall() + failure.retry_after_s
+            if failure.refusal is not None:
+                return Outcome(value=None, attempts=attempts, failure=failure)  # the executor logs it once
             log.warning(
                 "kubernetes request failed, giving up for this pass",
                 step=step,
