@@ -102,7 +102,8 @@ def load_document(text: str, what: str) -> dict[str, object]:
     """The JSON object in dcgmi's output (leading chatter ignored); DcgmiOutputError if there is none."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
-        raise DcgmiOutputError(f"{what}: no JSON object in the output")
+        hint = " (plain-text output? run dcgmi with -j)" if "|" in text or "Successfully ran" in text else ""
+        raise DcgmiOutputError(f"{what}: no JSON object in the output{hint}")
     try:
         document = json.loads(text[start : end + 1])
     except json.JSONDecodeError as exc:
@@ -197,6 +198,7 @@ def parse_diag(text: str) -> DiagResult:
     """``dcgmi diag -r N -j`` (DCGM 2.x, 3.x or 4.x) -> :class:`DiagResult`; DcgmiOutputError otherwise."""
     document = load_document(text, "dcgmi diag")
     root = next((document[key] for key in _DIAG_ROOTS if isinstance(document.get(key), Mapping)), None)
+    _raise_runtime_error(root, document)
     if root is None:
         if isinstance(document.get("tests"), list):  # categories absent: tests at the top level
             root = document
@@ -215,6 +217,22 @@ def parse_diag(text: str) -> DiagResult:
         )
     version = root_map.get("version") or _mapping(document.get("metadata")).get("version")
     return DiagResult(version=str(version) if version is not None else None, tests=tuple(tests))
+
+
+def _raise_runtime_error(root: object, document: Mapping[str, object]) -> None:
+    """DcgmiOutputError when dcgmi says the diagnostic could not run at all.
+
+    dcgmi and NVVS report a run that never started (host engine unreachable, NVVS missing, GPU not
+    supported) as ``{"DCGM Diagnostic": {"runtime_error": "...", "version": ...}}`` with no tests; the
+    multi-node form puts ``runtime_error`` at the top level. Read as a result, that would be an empty
+    and therefore silently "healthy" run.
+    """
+    for holder in (_mapping(root), document):
+        message = holder.get("runtime_error")
+        if isinstance(message, str) and message.strip() and not holder.get("test_categories"):
+            raise DcgmiOutputError(
+                f"dcgmi diag: the diagnostic did not run: {' '.join(message.split())[:300]}"
+            )
 
 
 def _diag_test(category: str, test: Mapping[str, object]) -> DiagTest:

@@ -90,6 +90,12 @@ _COUNTERS = {
 }
 
 
+# The per-XID count; the first release that had it (dcgm-exporter PR 239) declared the family under this
+# name but printed its samples as DCGM_FI_DEV_XID_ERRORS_ACTIVE, which the text parser then reads as a
+# family of its own.
+_XID_COUNT_NAMES = frozenset({"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS_ACTIVE"})
+
+
 def parse_metrics(text: str, uuid_for_index: Mapping[int, str] | None = None) -> list[ExporterGpu]:
     """The GPUs of a dcgm-exporter page, ordered by index; ExporterError when it is not such a page."""
     per_gpu: dict[str, _GpuSeries] = {}
@@ -121,7 +127,7 @@ def _take(per_gpu: dict[str, _GpuSeries], name: str, labels: dict[str, str], val
     series.labels.update({k: v for k, v in labels.items() if v})
     if is_blank(value):
         return
-    if name == "DCGM_EXP_XID_ERRORS_COUNT":
+    if name in _XID_COUNT_NAMES:
         xid = _index(labels.get("xid"))
         series.xid_counts = series.xid_counts if series.xid_counts is not None else {}
         if xid is not None:

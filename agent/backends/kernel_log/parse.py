@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.backends.kernel_log.errors import KernelLogError
+from agent.backends.kernel_log.fallen_off import fallen_off_bus_events
 from agent.backends.kernel_log.journal import decode_json_object, parse_journal_entry
 from agent.backends.kernel_log.kmsg import parse_kmsg_record
 from agent.backends.kernel_log.text_lines import parse_text_line
@@ -42,7 +43,8 @@ def parse_kernel_log(
     """Every XID in a kernel log, in log order; journald JSON lines are recognised line by line.
 
     ``text`` is the whole log or an iterable of lines. A log that is entirely JSON (``journalctl -o json``,
-    ``json-pretty`` or a JSON array of entries) is read as JSON documents.
+    ``json-pretty`` or a JSON array of entries) is read as JSON documents. In a text log with no XID 79,
+    the driver's "fallen off the bus" message counts as XID 79 for the GPU it names (see :mod:`.fallen_off`).
     """
     if isinstance(text, str):
         entries = _json_entries(text)
@@ -51,11 +53,16 @@ def parse_kernel_log(
         lines: Iterable[str] = text.splitlines()
     else:
         lines = (piece for item in text for piece in item.splitlines())
-    return [
-        event
-        for line in lines
+    kept = list(lines)
+    indexed = [
+        (index, event)
+        for index, line in enumerate(kept)
         if (event := parse_xid_line(line, year_hint=year_hint, reference=reference)) is not None
     ]
+    lost = fallen_off_bus_events(
+        kept, [event for _, event in indexed], year_hint=year_hint, reference=reference
+    )
+    return [event for _, event in sorted([*indexed, *lost], key=lambda pair: pair[0])]
 
 
 def read_kernel_log(path: str | Path, *, year_hint: int | None = None) -> list[XidEvent]:

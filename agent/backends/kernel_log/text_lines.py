@@ -46,7 +46,7 @@ def parse_text_line(
 ) -> XidEvent | None:
     """The XID a kernel-log text line reports, or None for any other line (never raises)."""
     match = _XID.search(line)
-    if match is None or _logged_by_a_program(line[: match.start()]):
+    if match is None or logged_by_a_program(line[: match.start()]):
         return None
     pid, process_name, message = _process_and_message(line[match.end() :])
     return XidEvent(
@@ -60,7 +60,7 @@ def parse_text_line(
     )
 
 
-def _logged_by_a_program(prefix: str) -> bool:
+def logged_by_a_program(prefix: str) -> bool:
     """Whether a syslog header before the XID names a program other than the kernel."""
     header = _SYSLOG_TAG.match(prefix) or _RFC5424_APP.match(prefix)
     return header is not None and header["tag"].lower() not in _KERNEL_TAGS
