@@ -8,7 +8,8 @@ The loop drives a :class:`DiagnosticsRunner` in four places of a pass, so the ru
    an incident and its taint is never lifted in between.
 2. :meth:`~DiagnosticsRunner.prepare` (after the state machine): a run that is due (schedule) or asked for
    (``gpuhealth diag``, through the aggregator link) starts when its rules allow — scheduled: the node is
-   healthy and, with ``only_when_idle``, no unfinished pod on it holds GPUs (one list of its pods, only now);
+   healthy and, with ``only_when_idle``, no unfinished pod (Nomad: live allocation) on it holds GPUs (one
+   list, only now);
    on demand: the node is idle or the human said ``--force``. A refusal is a timeline entry with the reason;
    a skipped scheduled run is tried again ``busy_retry_s`` later. Starting makes the node ``testing``, so the
    plan of this pass labels it and taints it ``gpuhealth.io/unhealthy=testing:NoSchedule``.
@@ -31,11 +32,11 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 
-from agent.backends.dcgmi import DcgmiError, DiagRun
+from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DiagRun
 from agent.diagnostics_order import DiagOrder
 from agent.diagnostics_settings import DiagnosticsSettings
 from agent.diagnostics_state import DiagnosticsState, DiagnosticsStore, RunningDiag
@@ -57,8 +58,10 @@ DiagFunction = Callable[[int, float], DiagRun]
 """Runs ``dcgmi diag -r LEVEL`` within a timeout (``agent.backends.dcgmi.run_diag`` bound to a path)."""
 
 
+@runtime_checkable
 class IdleProbe(Protocol):
-    """Says which unfinished pods on the node hold GPUs (the Kubernetes executor); raises when it cannot."""
+    """Says which unfinished workloads on the node hold GPUs (the Kubernetes executor: pods; the Nomad one:
+    allocations, named by its ``gpu_workload`` attribute); raises when it cannot."""
 
     def gpu_pods(self) -> list[str]: ...
 
@@ -91,8 +94,10 @@ class DiagnosticsRunner:
         probe: IdleProbe | None,
         store: DiagnosticsStore | None = None,
         wake: threading.Event | None = None,
+        processes: DcgmiProcesses | None = None,
     ) -> None:
         self.node = node
+        self._processes = processes  # what ``diag`` runs dcgmi through; close() ends a run in progress
         self.settings = settings
         self._clock = clock
         self._diag = diag
@@ -145,6 +150,13 @@ class DiagnosticsRunner:
             return True
         run.thread.join(timeout_s)
         return not run.thread.is_alive()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Agent shutdown: end a ``dcgmi diag`` still running (its process group) and wait for its thread.
+        The run stays recorded as running, so the next start says it was interrupted."""
+        if self._processes is not None:
+            self._processes.stop()
+        self.wait(timeout_s)
 
     # --- the loop's side ----------------------------------------------------------------------------------
 
@@ -237,8 +249,9 @@ class DiagnosticsRunner:
             return f"cannot tell whether pods use the GPUs: {exc}"
         if not pods:
             return None
+        noun = str(getattr(self._probe, "gpu_workload", "pod"))
         listed = ", ".join(pods[:5]) + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
-        return f"busy: {len(pods)} pod(s) use the GPUs: {listed}"
+        return f"busy: {len(pods)} {noun}(s) use the GPUs: {listed}"
 
     def _refuse(self, order: DiagOrder, reason: str) -> None:
         if order.scheduled:

@@ -333,7 +333,9 @@ class Agent:
     def close(self) -> None:
         """Close the executor and the other resources handed over at construction (idempotent)."""
         self._stop_sources()
-        for closer in (self.parts.executor.close, *self._closers):
+        diagnostics = self.parts.diagnostics  # a dcgmi diag still running must not outlive the agent
+        stop_diagnostics = (diagnostics.close,) if diagnostics is not None else ()
+        for closer in (*stop_diagnostics, self.parts.executor.close, *self._closers):
             try:
                 closer()
             except Exception:  # noqa: BLE001 - closing one must not keep the others open

@@ -62,6 +62,11 @@ class KubernetesSettings(_Section):
     retry: RetrySettings = Field(
         default_factory=RetrySettings, description="Retries of API calls (429, 5xx, timeouts, 409)."
     )
+    forbidden_hold_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="After a 403 (RBAC or admission policy), seconds before the executor writes again.",
+    )
 
 
 class KernelLogSettings(_Section):

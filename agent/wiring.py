@@ -18,12 +18,12 @@ import structlog
 
 from agent.aggregator_link import AggregatorLink
 from agent.backends.dcgm_exporter import ExporterSource
-from agent.backends.dcgmi import DcgmiHealthSource, DiagRun, run_diag
+from agent.backends.dcgmi import DcgmiHealthSource, DcgmiProcesses, DiagRun, run_diag
 from agent.backends.kernel_log import JournalFollower, KmsgFollower
 from agent.backends.nvml import NvmlLibrary
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
-from agent.diagnostics import DiagnosticsRunner
+from agent.diagnostics import DiagnosticsRunner, IdleProbe
 from agent.diagnostics_state import DiagnosticsStore
 from agent.loop import Agent, AgentParts, FindingSource
 from agent.metrics import AgentMetrics
@@ -37,9 +37,9 @@ from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore
 from remediation.aggregator_client import AggregatorClient
 from remediation.executor import NodeExecutor
+from remediation.executor_problem import ExecutorProblemFindings, ExecutorWithProblem
 from remediation.kubernetes import KubernetesExecutor, executor_from_kubeconfig
 from remediation.kubernetes.drain_runner import DrainSetup
-from remediation.nomad_problem import ExecutorProblemFindings, ExecutorWithProblem
 from remediation.plan_memory import RemediationMemory
 from sim.clock import Clock, RealClock
 
@@ -160,24 +160,26 @@ def diagnostics_runner(
     settings: AgentSettings, executor: NodeExecutor, clock: Clock, wake: threading.Event
 ) -> DiagnosticsRunner | None:
     """Deep diagnostics (scheduled and on demand) with ``dcgmi`` from the dcgm section; None when both are
-    off. The executor tells whether the node is idle when it can (Kubernetes); otherwise only forced
+    off. The executor tells whether the node is idle when it can (Kubernetes, Nomad); otherwise only forced
     on-demand runs start."""
     section = settings.diagnostics
     if not (section.enabled or section.on_demand):
         return None
     path, host = settings.dcgm.dcgmi.path, settings.dcgm.dcgmi.host
+    processes = DcgmiProcesses()  # the runner's close() ends a run still going at shutdown
 
     def diag(level: int, timeout_s: float) -> DiagRun:
-        return run_diag(level, timeout_s, path=path, host=host)
+        return run_diag(level, timeout_s, path=path, host=host, processes=processes)
 
     return DiagnosticsRunner(
         settings.node_name,
         section,
         clock=clock,
         diag=diag,
-        probe=executor if isinstance(executor, KubernetesExecutor) else None,
+        probe=executor if isinstance(executor, IdleProbe) else None,
         store=DiagnosticsStore(settings.state_dir / DIAGNOSTICS_FILE_NAME),
         wake=wake,
+        processes=processes,
     )
 
 
@@ -235,6 +237,7 @@ def _executor(settings: AgentSettings, api_client: ApiClient | None, clock: Cloc
     options: dict[str, Any] = {
         "retry": settings.kubernetes.retry,
         "resync_s": settings.kubernetes.resync_s,
+        "forbidden_hold_s": settings.kubernetes.forbidden_hold_s,
         "clock": clock.now,
         "drain": drain_setup(settings, clock),
     }

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from remediation.forbidden_hold import ForbiddenHold
 from remediation.nomad_drain import (
     DrainQueries,
     NomadDrainRunner,
@@ -58,6 +59,7 @@ from remediation.nomad_facts import (
     node_facts,
     quarantine_value,
 )
+from remediation.nomad_idle import gpu_allocations
 from remediation.nomad_retry import NomadRetry
 from remediation.nomad_settings import NomadRetrySettings
 from remediation.nomad_watch import NomadNodeWatch
@@ -106,6 +108,8 @@ class NomadNodeApi(DrainQueries, Protocol):
 class NomadExecutor:
     """The ``NodeExecutor`` (and ``DrainingExecutor``) for one Nomad client node."""
 
+    gpu_workload = "allocation"  # what :meth:`gpu_pods` lists, for the diagnostics' "busy" message
+
     def __init__(
         self,
         api: NomadNodeApi,
@@ -127,14 +131,12 @@ class NomadExecutor:
         self._monotonic = monotonic
         # Our pending writes age against the watch, which runs on real time whatever clock the retries use.
         self._watch_clock = time.monotonic
-        self._forbidden_hold_s = forbidden_hold_s
+        self._hold = ForbiddenHold(forbidden_hold_s, monotonic)
         self._lock = threading.RLock()
         # Our writes the watch has not shown yet: the value and when it was written; for eligibility also
         # the node's ModifyIndex the write produced.
         self._pending_meta: dict[str, tuple[str | None, float]] = {}
         self._pending_eligibility: tuple[bool, float, int] | None = None
-        self._forbidden_until: float | None = None
-        self._problem: str | None = None
         self._closed = threading.Event()
         self._log = log.bind(node=self.node_name, node_id=node_id)
         self._watch = NomadNodeWatch(api, node_id, wait_s=watch_wait_s, explain=self._with_pending)
@@ -209,6 +211,12 @@ class NomadExecutor:
     def wait_for_drain(self, timeout_s: float) -> bool:
         return self._drain.wait(timeout_s) if self._drain is not None else True
 
+    def gpu_pods(self) -> list[str]:
+        """Live allocations on the node that hold GPUs (``agent.diagnostics.IdleProbe``; one list, read only
+        when a deep diagnostic is due). Raises NomadError when they cannot be listed."""
+        allocations = self._retried(lambda: self._api.node_allocations(self.node_id), "list allocations")
+        return gpu_allocations(allocations)
+
     @property
     def writes_total(self) -> int:
         return self._api.writes_total
@@ -227,7 +235,7 @@ class NomadExecutor:
     @property
     def problem(self) -> str | None:
         """Why the executor cannot act right now (a 403 on writes), or None."""
-        return self._problem
+        return self._hold.problem
 
     # --- steps --------------------------------------------------------------------------------------------
 
@@ -284,7 +292,7 @@ class NomadExecutor:
         if unavailable is not None:
             # One step already spent its deadline on a Nomad that is down: the rest would do the same.
             return False, unavailable, 0
-        held = self._forbidden_hold()
+        held = self._hold.skipped()
         if held is not None:
             return False, held, 0
         outcome = self._retry.call(operation, step=name)
@@ -435,32 +443,19 @@ class NomadExecutor:
 
     # --- 403 ------------------------------------------------------------------------------------------------
 
-    def _forbidden_hold(self) -> str | None:
-        until = self._forbidden_until
-        if until is None:
-            return None
-        left = until - self._monotonic()
-        if left <= 0:
-            return None  # time to try again
-        return f"skipped: {self._problem}; next try in {left:.0f} s"
-
     def _failed(self, error: NomadError, name: str) -> str:
         if isinstance(error, NomadForbidden):
-            first = self._problem is None
-            self._problem = "Nomad refused the agent's token (HTTP 403): it needs node:write"
-            self._forbidden_until = self._monotonic() + self._forbidden_hold_s
-            if first:
-                self._log.error("nomad_forbidden", step=name, problem=self._problem, error=str(error))
-            return f"forbidden: {self._problem}"
+            problem = "Nomad refused the agent's token (HTTP 403): it needs node:write"
+            if self._hold.refused(problem):
+                self._log.error("nomad_forbidden", step=name, problem=problem, error=str(error))
+            return f"forbidden: {problem}"
         self._log.warning("nomad request failed, giving up for this pass", step=name, error=error.describe())
         detail = error.describe()
         return f"unavailable: {detail}" if isinstance(error, NomadUnavailable) else detail
 
     def _recovered(self) -> None:
-        if self._problem is not None:
+        if self._hold.allowed():
             self._log.info("nomad_writes_allowed_again")
-        self._problem = None
-        self._forbidden_until = None
 
 
 def _index_of(node: Mapping[str, Any] | None) -> int:

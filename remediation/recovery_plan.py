@@ -17,7 +17,8 @@ one recovery step per pass:
   attempt failed. ``validating``: ``Validate`` (after the reset, or the reboot), unless the executor says
   that incident's validation runs in the background (``facts.validation_running``): its outcome comes back
   as the result of a ``Validate`` planned once it ended — after an agent restart, the run that died with the
-  old process is simply started again.
+  old process is started again, at most ``max_validation_starts`` times per incident in all (the record
+  counts the starts): an agent killed mid-run over and over escalates to ``replace`` instead.
 * ``testing`` and ``failed``: nothing; the state machine releases the node after clean readings, or the
   incident has escalated to ``replace``.
 
@@ -65,6 +66,7 @@ class RecoveryRules:
     retry_backoff_s: float = 60.0  # wait after the first failed attempt; doubled after each further one
     retry_backoff_max_s: float = 900.0  # the longest wait between two attempts
     reboot_deadline_s: float = 1800.0  # a requested reboot not done by then is a failed attempt
+    max_validation_starts: int = 3  # validation diagnostics started per incident before it escalates
 
 
 def retry_delay_s(failed_attempts: int, rules: RecoveryRules) -> float:
@@ -108,13 +110,13 @@ def plan_recovery(
     match record.phase:
         case RecoveryPhase.READY if _came_back(record, facts):  # a reboot withdrawn, then done late
             result.notes.append(f"the node came back late from its reboot for {incident.id}: validating")
-            _validate(result, incident, facts, "reboot")
+            _validate(result, incident, facts, record, "reboot")
         case RecoveryPhase.READY:
             _attempt(result, incident, facts, record, rules, now=now)
         case RecoveryPhase.REBOOTING:
             _await_reboot(result, incident, facts, record, rules, now=now)
         case RecoveryPhase.VALIDATING:
-            _validate(result, incident, facts, "reboot" if record.boot_id is not None else "reset")
+            _validate(result, incident, facts, record, "reboot" if record.boot_id is not None else "reset")
         case _:  # testing (the state machine decides) or failed (escalated to replace)
             pass
     return result
@@ -188,7 +190,7 @@ def _await_reboot(
 ) -> None:
     if _came_back(record, facts):
         result.notes.append(f"the node came back from its reboot for {incident.id}: validating")
-        _validate(result, incident, facts, "reboot")
+        _validate(result, incident, facts, record, "reboot")
         return
     if now is None:
         return
@@ -201,13 +203,19 @@ def _await_reboot(
 
 
 def _validate(
-    result: RecoveryPlan, incident: Incident, facts: NodeFacts, after: Literal["reset", "reboot"]
+    result: RecoveryPlan,
+    incident: Incident,
+    facts: NodeFacts,
+    record: RecoveryRecord,
+    after: Literal["reset", "reboot"],
 ) -> None:
-    """``Validate``, unless this incident's validation already runs in the background."""
+    """``Validate``, unless this incident's validation already runs in the background. The step carries
+    which start it would be: the node side refuses a start past the limit (``agent/recovery/executor.py``)
+    but still hands over a finished run's outcome, which only it knows of."""
     if facts.validation_running == incident.id:
         result.notes.append(f"the validation of {incident.id} is running")
         return
-    result.steps.append(Validate(incident.id, after=after))
+    result.steps.append(Validate(incident.id, after=after, start=record.validation_starts + 1))
 
 
 def record_results(
@@ -233,7 +241,9 @@ def _after(
     detail = outcome.detail[:300]
     if isinstance(step, Validate):
         if outcome.pending:  # started in the background: its outcome comes with a later pass
-            return record.model_copy(update={"phase": RecoveryPhase.VALIDATING, "detail": detail})
+            starts = max(record.validation_starts, step.start) if outcome.ok else record.validation_starts
+            started = {"phase": RecoveryPhase.VALIDATING, "validation_starts": starts, "detail": detail}
+            return record.model_copy(update=started)
         if outcome.ok:
             return record.model_copy(update={"phase": RecoveryPhase.TESTING, "detail": detail})
         failed = f"validation failed: {detail}"

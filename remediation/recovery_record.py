@@ -38,4 +38,10 @@ class RecoveryRecord(BaseModel):
         description="When the latest reset or reboot attempt was planned: the backoff before the next "
         "attempt and the deadline of a requested reboot count from it.",
     )
+    validation_starts: int = Field(
+        default=0,
+        ge=0,
+        description="Validation diagnostics started so far; an agent killed mid-run starts another, so "
+        "past the limit the incident escalates instead of validating forever.",
+    )
     detail: str = Field(default="", description="The last outcome, one line.")

@@ -157,6 +157,7 @@ class Validate:
 
     incident_id: str
     after: Literal["reset", "reboot"]  # what is being validated
+    start: int = 1  # which start of this incident's diagnostic this would be (restarts count; see recovery)
 
 
 @dataclass(frozen=True)

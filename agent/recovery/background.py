@@ -4,7 +4,8 @@
 answers at once; the planner sees the running incident in ``NodeFacts.validation_running`` and plans
 nothing for it; once the run ended (the loop is woken), the next ``Validate`` step is answered with the
 outcome kept here. Nothing here is persisted: an agent restarted mid-run finds no run and no outcome, the
-record in the state file still says ``validating``, and the validation simply starts again.
+record in the state file still says ``validating``, and the validation starts again — at most
+``recovery.validation.max_starts`` times per incident (the record counts the starts), then it escalates.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from agent.recovery.actions import NodeActions
 from agent.recovery.background import BackgroundValidation
 from agent.recovery.commands import CommandOutcome
 from agent.recovery.reset import GpuResetter
+from agent.recovery.validation import StoppableValidator
 from remediation.executor import NodeExecutor
 from remediation.recovery_plan import RecoveryRules, retry_delay_s
 from remediation.steps import (
@@ -57,6 +58,14 @@ class LocalRecovery:
         self._parts = parts
         self.validation = BackgroundValidation(node, wake)
         self._log = log.bind(node=node)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Agent shutdown: end a validation diagnostic still running and wait for its thread. The record
+        still says ``validating``; the next agent starts the validation again (the starts are counted)."""
+        validator = self._parts.actions.validator
+        if isinstance(validator, StoppableValidator):
+            validator.stop()
+        self.validation.wait(timeout_s)
 
     def boot_id(self) -> str | None:
         """This boot's id, or None when it cannot be read."""
@@ -111,6 +120,10 @@ class LocalRecovery:
         at_once = validator.immediate()
         if at_once is not None:
             return StepResult(step, ok=at_once.passed, detail=prefix + at_once.detail)
+        limit = self._parts.rules.max_validation_starts
+        if step.start > limit:  # each earlier run died with the agent: stop instead of validating forever
+            detail = f"the diagnostic was started {limit} time(s) and never finished (agent restarts?)"
+            return StepResult(step, ok=False, detail=prefix + detail)
         busy = self.validation.start(step.incident_id, validator.validate)
         detail = busy or "diagnostic started in the background"
         return StepResult(step, ok=busy is None, detail=prefix + detail, pending=True)
@@ -164,7 +177,10 @@ class RecoveringExecutor:
         return self.wrapped.wait_for_change(timeout_s)
 
     def close(self) -> None:
-        self.wrapped.close()
+        try:
+            self.local.close()
+        finally:
+            self.wrapped.close()
 
     # What the loop reads of an orchestrator executor, spelled out: a runtime protocol check
     # (``DrainingExecutor``) looks at the class, not at ``__getattr__``.

@@ -58,6 +58,12 @@ class ValidationSettings(_Section):
     timeout_s: float = Field(
         default=600.0, gt=0, description="Seconds the dcgmi diagnostic may take (it runs in the background)."
     )
+    max_starts: int = Field(
+        default=3,
+        ge=1,
+        description="Validation diagnostics started per incident (agent restarts mid-run start another) "
+        "before the incident escalates to replace.",
+    )
 
 
 class RecoverySettings(_Section):
@@ -100,4 +106,5 @@ class RecoverySettings(_Section):
             retry_backoff_s=self.retry_backoff_s,
             retry_backoff_max_s=max(self.retry_backoff_max_s, self.retry_backoff_s),
             reboot_deadline_s=self.reboot.deadline_s,
+            max_validation_starts=self.validation.max_starts,
         )

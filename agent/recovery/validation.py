@@ -17,9 +17,9 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from agent.backends.dcgmi import DcgmiError, DiagRun, run_diag
+from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DiagRun, run_diag
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,13 @@ class Validator(Protocol):
     def validate(self) -> ValidationOutcome:
         """Run the diagnostic (minutes): called on a background thread."""
         ...
+
+
+@runtime_checkable
+class StoppableValidator(Protocol):
+    """A validator whose running diagnostic can be ended at agent shutdown."""
+
+    def stop(self) -> None: ...
 
 
 class ReadingsOnly:
@@ -75,9 +82,14 @@ class DcgmiValidator:
         self._level = level
         self._timeout_s = timeout_s
         self._fallback = ReadingsOnly(clean_readings)
+        self._processes = DcgmiProcesses()
         self._runner: DiagRunner = runner or (
-            lambda level, timeout: run_diag(level, timeout, path=path, host=host)
+            lambda level, timeout: run_diag(level, timeout, path=path, host=host, processes=self._processes)
         )
+
+    def stop(self) -> None:
+        """Agent shutdown: end a running ``dcgmi diag`` (its process group); no new one starts."""
+        self._processes.stop()
 
     def immediate(self) -> ValidationOutcome | None:
         return self._fallback.immediate() if shutil.which(self._path) is None else None
