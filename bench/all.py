@@ -115,6 +115,20 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             "10,000 nodes x 8 GPUs (issue: aggregator).",
         ),
     ),
+    Benchmark(
+        "demo_fleet",
+        "The whole demo on 1,000 nodes",
+        "`gpuhealth demo --nodes 1000 --headless --json` in a child process: emulated Kubernetes API, "
+        "aggregator, 1,000 real agents on fake GPUs in one process, then the default scenario played "
+        "`time_scale` times slower (the fleet polls less often); a burst on a quarter of the fleet must be "
+        "tainted and trip the breaker with no mass drain. Wall time, the child's peak RSS, start-up and "
+        "timeline seconds, fault-to-taint latencies, pass/fail.",
+        (
+            "Target: every expectation of the default scenario holds at 1,000 nodes (issue: the 1000-node "
+            "demo).",
+            "NVSentinel handles about 2.5 nodes/s, one node at a time (REFERENCE.md).",
+        ),
+    ),
 )
 
 

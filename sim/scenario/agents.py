@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.backends.fake_nvml import FakeNvml
+from agent.backends.fake_structs import FakeEventData, FakeEventSet
 from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
 from agent.state_machine import DebounceConfig
@@ -32,6 +33,21 @@ HEARTBEATS_PER_INTERVAL = 5.0
 THREADED_UP_TO = 64  # larger fleets are ticked by a pool (thousands of threads starve one interpreter)
 
 
+# The XID watcher waits on NVML at most 0.2 s at a time so that it stops promptly. Real NVML waits in C
+# without the interpreter lock; the fake waits in Python, so a thousand watchers in one process wake five
+# thousand times a second only to time out, and those wake-ups alone kept the burst's passes, the
+# aggregator and the timeline off the interpreter. A pooled fleet's fake NVML therefore waits longer per
+# call (an XID still ends the wait at once), staying under the watcher's 1 s stop join.
+POOLED_EVENT_WAIT_MS = 900
+
+
+class PooledFleetNvml(FakeNvml):
+    """The fake NVML of a node in a pooled fleet: the same GPUs, fewer idle wake-ups of its XID watcher."""
+
+    def nvmlEventSetWait(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:  # noqa: N802, N803
+        return super().nvmlEventSetWait(eventSet, max(timeoutms, POOLED_EVENT_WAIT_MS))
+
+
 @dataclass
 class SimNode:
     """A node of the scenario: its fake GPUs and its agent."""
@@ -47,6 +63,19 @@ def scaled_knobs(fleet: Fleet) -> AgentKnobs:
     interval = max(knobs.interval_s, min(fleet.nodes / FLEET_PASSES_PER_S, SLOWEST_INTERVAL_S))
     heartbeat = max(knobs.heartbeat_s, interval * HEARTBEATS_PER_INTERVAL)
     return knobs.model_copy(update={"interval_s": interval, "heartbeat_s": heartbeat})
+
+
+def time_scale(fleet: Fleet) -> float:
+    """How much slower a scenario must play on this fleet: the scaled polling interval over its own.
+
+    1 for a fleet small enough to poll at the scenario's interval; at 1000 nodes the agents poll every
+    10 s instead of every 1 s, so a polled signal needs 10 times longer to be confirmed, and every other
+    time of the scenario (injections, deadlines, recovery knobs) stretches with it (``Scenario.dilated``).
+    """
+    own = fleet.agent.interval_s
+    if own <= 0:
+        return 1.0
+    return max(scaled_knobs(fleet).interval_s / own, 1.0)
 
 
 def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_file: Path) -> AgentSettings:
@@ -104,7 +133,8 @@ def start_agents(
     threaded = len(names) <= THREADED_UP_TO
     nodes: list[SimNode] = []
     for index, name in enumerate(names):
-        nvml = FakeNvml(fleet.gpu_profile, fleet.gpus_per_node, seed=index, node_name=name)
+        library = FakeNvml if threaded else PooledFleetNvml
+        nvml = library(fleet.gpu_profile, fleet.gpus_per_node, seed=index, node_name=name)
         agent = orchestrator.build_agent(settings(name), nvml)
         nodes.append(SimNode(name, nvml, agent.start() if threaded else agent))
         progress(index + 1, len(names))

@@ -24,6 +24,7 @@ from sim.scenario.agents import (
     agent_settings,
     scaled_knobs,
     start_agents,
+    time_scale,
     wait_ready,
 )
 from sim.scenario.expectations import Look, World, expected_text, look_safely
@@ -50,6 +51,9 @@ from sim.scenario.targets import TargetError, TargetResolver
 from sim.scenario.timeline import Action, TaintProbe, expand
 
 LOOK_EVERY_S = 0.25
+# A dilated scenario is looked at proportionally less often, up to this: every look of the expectations
+# reads the fleet and asks the aggregator, in the process that also runs a thousand agents.
+SLOWEST_LOOK_EVERY_S = 1.0
 REFRESH_EVERY_S = 0.5
 GRACE_S = 5.0  # past the last deadline, in case a look came late on a busy machine
 READY_TIMEOUT_S = 60.0
@@ -104,8 +108,13 @@ class _Pending:
 
 
 def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
-    """Play ``scenario`` and report every expectation; raises ScenarioRunError when it cannot play."""
+    """Play ``scenario`` and report every expectation; raises ScenarioRunError when it cannot play.
+
+    A fleet too large to poll at the scenario's pace plays the scenario dilated by ``time_scale``.
+    """
     began = time.monotonic()
+    scale = time_scale(scenario.fleet)
+    scenario = scenario.dilated(scale)
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuhealth-demo-")))
         receiver = AlertReceiver().start()
@@ -124,16 +133,19 @@ def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
         except TimeoutError as exc:
             raise ScenarioRunError(f"the workloads did not start: {exc}") from None
         startup_s = time.monotonic() - began
-        observer.progress(f"fleet up in {startup_s:.1f} s; playing {scenario.name!r}")
+        slower = f" {scale:g} times slower (a large fleet polls less often)" if scale != 1 else ""
+        observer.progress(f"fleet up in {startup_s:.1f} s; playing {scenario.name!r}{slower}")
         with aggregator.client() as client:
             world = World(orchestrator, client, receiver, TargetResolver(orchestrator, len(names)))
-            player = _Player(scenario, world, {n.name: n for n in fleet.nodes}, aggregator, observer)
+            nodes = {n.name: n for n in fleet.nodes}
+            player = _Player(scenario, world, nodes, aggregator, observer, look_every_s=look_interval(scale))
             results, latencies, timeline_s = player.play()
         alerts = Counter(alert.kind for alert in receiver.alerts)
     return RunSummary(
         scenario=scenario.name,
         orchestrator=scenario.orchestrator,
         nodes=scenario.fleet.nodes,
+        time_scale=round(scale, 3),
         passed=all(r.passed for r in results),
         expectations=results,
         fault_to_taint=latencies,
@@ -145,6 +157,11 @@ def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
             total_s=round(time.monotonic() - began, 2),
         ),
     )
+
+
+def look_interval(scale: float) -> float:
+    """How often the expectations are looked at: as often as at 16 nodes, relative to the dilated times."""
+    return min(LOOK_EVERY_S * scale, max(LOOK_EVERY_S, SLOWEST_LOOK_EVERY_S))
 
 
 def _start_aggregator(scenario: Scenario, workdir: Path, receiver: AlertReceiver) -> AggregatorServer:
@@ -239,8 +256,11 @@ class _Player:
         nodes: dict[str, SimNode],
         aggregator: AggregatorServer,
         observer: Observer,
+        *,
+        look_every_s: float = LOOK_EVERY_S,
     ) -> None:
         self.scenario = scenario
+        self.look_every_s = look_every_s
         self.world = world
         self.nodes = nodes
         self.aggregator = aggregator
@@ -265,7 +285,7 @@ class _Player:
                 last_refresh = now
             if (not self.actions and all(p.result for p in self.pending)) or now > hard_end:
                 break
-            time.sleep(LOOK_EVERY_S)
+            time.sleep(self.look_every_s)
         now = time.monotonic() - self.started
         results = [p.result or self._undecided(p, now) for p in self.pending]
         if self.observer.live:

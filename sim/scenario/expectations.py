@@ -154,8 +154,9 @@ def _job(expectation: JobRestartedExpectation, world: World) -> Look:
         restarted = job.restarts == expectation.restarts
     else:
         restarted = job.restarts >= expectation.restarts
-    tainted = {v.name for v in world.orchestrator.nodes() if v.taint is not None}
-    on_healthy = len(job.running_nodes) == job.expected_pods and not tainted & set(job.running_nodes)
+    # Only the job's own nodes: listing a thousand-node fleet on every look starves the timeline.
+    tainted = [name for name in job.running_nodes if world.orchestrator.node(name).taint is not None]
+    on_healthy = len(job.running_nodes) == job.expected_pods and not tainted
     holds = restarted and (on_healthy or not expectation.running_on_healthy)
     where = ", ".join(job.running_nodes) or "nowhere"
     return Look(holds, f"{job.restarts} restart(s); {len(job.running_nodes)} pod(s) Running on {where}")

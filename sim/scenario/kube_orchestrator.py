@@ -156,10 +156,16 @@ class KubernetesOrchestrator:
 
     # --- reading back ----------------------------------------------------------------------------------
 
+    def _committed(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The stored objects themselves, shared and read only: the expectations look every 0.25 s, and a
+        deep copy of a thousand nodes per look starved the timeline of a large fleet."""
+        _, entries = self.sim.store.snapshot(resource, namespace)
+        return [entry.obj for entry in entries]
+
     def _running_pods(self, **labels: str) -> list[dict[str, Any]]:
         return [
             pod
-            for pod in self.sim.store.list("pods", self._workloads.namespace)
+            for pod in self._committed("pods", self._workloads.namespace)
             if pod["status"].get("phase") == "Running"
             and "deletionTimestamp" not in pod["metadata"]
             and all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
@@ -182,22 +188,22 @@ class KubernetesOrchestrator:
         return sorted({str(pod["spec"]["nodeName"]) for pod in self._running_pods(**labels)})
 
     def _node_names(self) -> list[str]:
-        return sorted(str(node["metadata"]["name"]) for node in self.sim.store.list("nodes", None))
+        return sorted(str(node["metadata"]["name"]) for node in self._committed("nodes"))
 
     def node(self, name: str) -> NodeView:
-        found = self.sim.store.get("nodes", None, name)
+        found = self.sim.store.get_entry("nodes", None, name)
         if found is None:
             raise LookupError(f"no node {name}")
-        return self._view(found, self._pods_per_node())
+        return self._view(found.obj, self._pods_per_node())
 
     def nodes(self) -> list[NodeView]:
         per_node = self._pods_per_node()
-        views = [self._view(node, per_node) for node in self.sim.store.list("nodes", None)]
+        views = [self._view(node, per_node) for node in self._committed("nodes")]
         return sorted(views, key=lambda view: view.name)
 
     def _pods_per_node(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for pod in self.sim.store.list("pods", self._workloads.namespace):
+        for pod in self._committed("pods", self._workloads.namespace):
             node = pod["spec"].get("nodeName")
             if (
                 node

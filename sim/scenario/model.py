@@ -542,6 +542,68 @@ class Scenario(_Strict):
         fleet = self.fleet.model_copy(update={"nodes": nodes})
         return self.model_copy(update={"fleet": fleet})
 
+    def dilated(self, factor: float) -> Scenario:
+        """The same story told ``factor`` times slower: every time of the scenario multiplied by ``factor``.
+
+        Scaled: injections (``at``, ``clear_after``, ``repeat.every``, outage ``seconds``), expectations
+        (``by``, ``after``, ``during``) and the knobs that are scenario times (agent interval, heartbeat,
+        permit retry, drain and reboot deadlines, recovery backoff, dwell; breaker window, cooldown). Not
+        scaled: counts (readings, nodes, repeats) and ``alert_poll_s``, the delivery cadence of the alerts,
+        which only bounds how late an alert may be seen. ``dilated(1)`` is the scenario unchanged.
+        """
+        if factor <= 0:
+            raise ValueError("a time scale is a positive factor")
+        if factor == 1:
+            return self
+        return self.model_copy(
+            update={
+                "fleet": _dilated_fleet(self.fleet, factor),
+                "timeline": [_dilated_injection(i, factor) for i in self.timeline],
+                "expectations": [_dilated_expectation(e, factor) for e in self.expectations],
+            }
+        )
+
+
+_AGENT_TIMES = (
+    "interval_s",
+    "min_dwell_s",
+    "heartbeat_s",
+    "permit_retry_s",
+    "drain_deadline_s",
+    "recovery_backoff_s",
+    "reboot_deadline_s",
+)
+_AGGREGATOR_TIMES = ("breaker_window_s", "cooldown_s")
+
+
+def _scaled(model: _Strict, names: tuple[str, ...], factor: float) -> dict[str, float]:
+    """``names``' values of ``model`` times ``factor``, leaving out the unset (None) ones."""
+    values = {name: getattr(model, name) for name in names}
+    return {name: value * factor for name, value in values.items() if value is not None}
+
+
+def _dilated_fleet(fleet: Fleet, factor: float) -> Fleet:
+    agent = fleet.agent.model_copy(update=_scaled(fleet.agent, _AGENT_TIMES, factor))
+    aggregator = fleet.aggregator.model_copy(update=_scaled(fleet.aggregator, _AGGREGATOR_TIMES, factor))
+    return fleet.model_copy(update={"agent": agent, "aggregator": aggregator})
+
+
+def _dilated_injection(injection: Injection, factor: float) -> Injection:
+    update: dict[str, Any] = _scaled(injection, ("at", "clear_after"), factor)
+    if injection.repeat is not None:
+        update["repeat"] = injection.repeat.model_copy(update={"every": injection.repeat.every * factor})
+    if isinstance(injection.fault, FLEET_FAULTS):
+        update["fault"] = injection.fault.model_copy(update={"seconds": injection.fault.seconds * factor})
+    return injection.model_copy(update=update)
+
+
+def _dilated_expectation(expectation: Expectation, factor: float) -> Expectation:
+    update: dict[str, Any] = _scaled(expectation, ("by", "after"), factor)
+    if expectation.during is not None:
+        window = expectation.during
+        update["during"] = Window(start=window.start * factor, end=window.end * factor)
+    return expectation.model_copy(update=update)
+
 
 def node_name(index: int, fleet_size: int) -> str:
     """The emulated fleet's name for node ``index`` (``sim.kube.fleet.build_fleet`` numbering)."""

@@ -47,6 +47,10 @@ class RunSummary(_Frozen):
     scenario: str
     orchestrator: str
     nodes: int
+    time_scale: float = Field(
+        default=1.0,
+        description="Every time of the scenario was multiplied by this (a large fleet polls slower).",
+    )
     passed: bool
     expectations: list[ExpectationResult]
     fault_to_taint: list[FaultLatency]

@@ -108,7 +108,8 @@ class LiveView:
         if job is None:
             return Text("training job: none")
         where = ", ".join(job.running_nodes) or "nothing running"
-        return Text(f"training job: {job.restarts} restart(s); Running on {where}")
+        running = f"{len(job.running_nodes)}/{job.expected_pods} pods"
+        return Text(f"training job: {job.restarts} restart(s); {running} Running on {where}")
 
     def _timeline(self) -> Table:
         table = Table(title="timeline", show_header=False, box=None, padding=(0, 1))
