@@ -8,11 +8,30 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+import threading
+from typing import Any, Literal
 
 import structlog
 
 LogFormat = Literal["auto", "json", "console"]
+
+
+class StderrLogger:
+    """Prints each line to the ``sys.stderr`` of the moment, not the one seen when logging was configured:
+    whoever replaced it since (a test harness capturing output, a wrapper redirecting it) gets the lines, and
+    a stream closed meanwhile is never written to."""
+
+    _lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = error = err = critical = exception = fatal = failure = msg
+
+
+def _stderr_logger(*_args: Any) -> StderrLogger:
+    return StderrLogger()
 
 
 def configure_logging(level: str = "warning", fmt: LogFormat = "auto") -> None:
@@ -35,7 +54,7 @@ def configure_logging(level: str = "warning", fmt: LogFormat = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=numeric_level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
