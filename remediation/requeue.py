@@ -65,11 +65,19 @@ VOLCANO_JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
 class KindMode(StrEnum):
     """What gpuhealth does for one kind: ``auto`` requeues when the workload will not restart itself,
     ``evict-only`` leaves it to the workload after the eviction, ``off`` leaves the kind alone entirely
-    (the drain integration should not evict its pods either)."""
+    (the drain skips its pods too: they stay on the node, reported as skipped)."""
 
     AUTO = "auto"
     EVICT_ONLY = "evict-only"
     OFF = "off"
+
+
+KEPT_REASON_PREFIX = "requeue mode off for "
+
+
+def kept_reason(kind: WorkloadKind) -> str:
+    """Why the drain leaves a pod of ``kind`` on the node (its mode is ``off``), as its report says."""
+    return f"{KEPT_REASON_PREFIX}{kind.value}"
 
 
 class RequeuePolicy(BaseModel):
@@ -98,6 +106,12 @@ class RequeuePolicy(BaseModel):
         """False when no kind is ``auto``: the requeue would only read owners it may not write (and, with
         the chart's RBAC, may not even read), so the drain skips it."""
         return any(self.mode_for(kind) is KindMode.AUTO for kind in WorkloadKind)
+
+    @property
+    def keeps_any_kind(self) -> bool:
+        """True when some kind is ``off``: only then must the drain read its pods' owners (to leave the
+        pods of those kinds on the node), so the default policy costs the drain no extra request."""
+        return any(self.mode_for(kind) is KindMode.OFF for kind in WorkloadKind)
 
     def mode_for(self, kind: WorkloadKind) -> KindMode:
         """The configured mode of ``kind``."""

@@ -1,10 +1,11 @@
 """Drain one node the way ``kubectl drain`` does, with modes per namespace or label, and report per pod.
 
 Steps: cordon (the executor's patch: ``spec.unschedulable`` and the ``gpuhealth.io/cordoned`` annotation);
-list the node's pods (``fieldSelector=spec.nodeName=NODE``); decide per pod (``drain_policy.decide``); if the
-policy refuses any pod, evict nothing (kubectl's rule: a partial drain surprises more than none); otherwise
-evict through the Eviction API from a bounded thread pool, each pod when its mode says, and wait until each
-evicted pod is no longer on the node (gone, or replaced by a pod with a new UID).
+list the node's pods (``fieldSelector=spec.nodeName=NODE``); ask ``kept_pods`` (when given) which pods to
+leave on the node (their workload kind's requeue mode is ``off``); decide per pod (``drain_policy.decide``);
+if the policy refuses any pod, evict nothing (kubectl's rule: a partial drain surprises more than none);
+otherwise evict through the Eviction API from a bounded thread pool, each pod when its mode says, and wait
+until each evicted pod is no longer on the node (gone, or replaced by a pod with a new UID).
 
 Waiting reads the node's pod list every ``poll_interval_s`` (one request per node per interval, whatever
 the number of pods) rather than watching: time then only moves through the injected ``sleep``, which keeps a
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import random as random_module
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ALL_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,6 +51,9 @@ from sim.clock import Clock
 log = structlog.get_logger(__name__)
 
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+
+KeptPods = Callable[[Sequence[JsonObject]], Mapping[str, str]]
+"""Given the node's pods, the uids of those to leave on the node, each with why (requeue mode ``off``)."""
 
 
 class DrainInputError(ValueError):
@@ -127,8 +131,10 @@ class Drainer:
         field_manager: str = "gpuhealth",
         request_timeout_s: float = 10.0,
         retry: RetrySettings | None = None,
+        kept_pods: KeptPods | None = None,
     ) -> None:
         self.policy = policy
+        self._kept_pods = kept_pods
         self.api = DrainApi(api_client, field_manager=field_manager, request_timeout_s=request_timeout_s)
         self._clock = clock
         self._sleep = sleep
@@ -155,7 +161,10 @@ class Drainer:
         listing = self._retry.call(lambda: self.api.list_node_pods(node), step="drain-list")
         if listing.value is None:
             return self._report(run, incident_id, cordoned=True, error=_failed("list", listing.failure))
-        run.pods = [self._plan(pod, run) for pod in listing.value]
+        kept = self._kept_pods(listing.value) if self._kept_pods is not None else {}
+        run.pods = [
+            self._plan(pod, run, kept.get(str(pod["metadata"].get("uid", "")))) for pod in listing.value
+        ]
         run.last_observed = self._clock.monotonic()  # that listing counts as the first look
         bound.info("drain started", pods=len(run.pods), deadline_s=deadline_s)
         refused = [pod for pod in run.pods if pod.decision.verdict is Verdict.REFUSE]
@@ -169,8 +178,8 @@ class Drainer:
 
     # --- planning ------------------------------------------------------------------------------------------
 
-    def _plan(self, pod: JsonObject, run: _Run) -> _Pod:
-        decision = decide(pod, self.policy)
+    def _plan(self, pod: JsonObject, run: _Run, kept: str | None) -> _Pod:
+        decision = decide(pod, self.policy, kept=kept)
         due = run.started
         waits = decision.mode is DrainMode.DELETE_AFTER_TIMEOUT or (
             decision.mode is DrainMode.ALLOW_COMPLETION and is_job_pod(pod)

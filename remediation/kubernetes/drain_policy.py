@@ -6,6 +6,8 @@ pods with ``emptyDir`` data and pods with no controller are refused unless the p
 (``delete_emptydir_data`` / ``force``, kubectl's flags), because evicting them loses data or the pod for good.
 Finished pods hold nothing and are evicted whatever they carry, as kubectl does.
 
+Pods whose workload kind has requeue mode ``off`` are skipped as well, when the caller names them.
+
 On top of that, a mode per namespace or label selector says *when* a pod is evicted: at once, after its Job
 pod had the chance to finish, or after a fixed wait that gives a training job time to checkpoint.
 """
@@ -163,11 +165,17 @@ def _left_alone(pod: Mapping[str, Any], policy: DrainPolicy) -> PodDecision | No
     return None
 
 
-def decide(pod: Mapping[str, Any], policy: DrainPolicy) -> PodDecision:
-    """kubectl drain's filters, in its order, then the policy's mode for the pods that remain."""
+def decide(pod: Mapping[str, Any], policy: DrainPolicy, *, kept: str | None = None) -> PodDecision:
+    """kubectl drain's filters, in its order, then the policy's mode for the pods that remain.
+
+    ``kept`` is why the caller keeps the pod on the node (its workload kind's requeue mode is ``off``): such
+    a pod is skipped, not refused, so it neither blocks the drain nor is evicted with the others.
+    """
     left_alone = _left_alone(pod, policy)
     if left_alone is not None:
         return left_alone
+    if kept is not None:
+        return PodDecision(Verdict.SKIP, kept)
     owner = controller_of(pod)
     mode, timeout_s = policy.mode_for(pod)
     if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:

@@ -28,9 +28,9 @@ from kubernetes.client.exceptions import ApiException
 
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy, JsonObject
-from remediation.kubernetes.drain_report import DrainReport, PodOutcome
+from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
 from remediation.kubernetes.requeue_api import Requeuer
-from remediation.requeue import RequeuePolicy, RequeueReport
+from remediation.requeue import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
 from remediation.worker_thread import start_worker, wait_for_worker
 from sim.clock import Clock
 
@@ -86,13 +86,20 @@ class DrainRunner:
 
     def __init__(self, api_client: client.ApiClient, node: str, setup: DrainSetup, clock: Clock) -> None:
         self.node = node
-        self._drainer = Drainer(api_client, policy=setup.drain_policy, clock=clock, sleep=setup.sleep)
         self._requeuer = Requeuer(
             api_client,
             policy=setup.requeue_policy,
             clock=clock,
             sleep=setup.sleep,
             observe_timeout_s=setup.requeue_observe_timeout_s,
+        )
+        # The pods of an `off` kind stay on the node; the requeuer knows their owners' kinds.
+        self._drainer = Drainer(
+            api_client,
+            policy=setup.drain_policy,
+            clock=clock,
+            sleep=setup.sleep,
+            kept_pods=self._requeuer.kept_pods,
         )
         self._requeues = setup.requeue_policy.restarts_anything
         self._sleep = setup.sleep
@@ -192,8 +199,10 @@ def drain_summary(report: DrainReport) -> str:
     """One line: the drain's totals and the pods that did not go, for the timeline."""
     totals = ", ".join(f"{outcome} {count}" for outcome, count in sorted(report.totals.items()))
     stuck = [f"{p.namespace}/{p.name} {p.outcome}: {p.reason}" for p in report.pods if not _gone(p.outcome)]
+    kept = [f"{p.namespace}/{p.name} ({p.reason})" for p in report.pods if is_kept_by_requeue_mode(p)]
     verdict = "drain complete" if report.complete else "drain incomplete"
     tail = f"; left: {'; '.join(stuck)}" if stuck else ""
+    tail += f"; kept: {'; '.join(kept)}" if kept else ""
     return f"{verdict} in {report.seconds:.1f} s ({totals or 'no pods'}){tail}"
 
 
@@ -201,6 +210,12 @@ def requeue_summary(report: RequeueReport) -> str:
     """One line: each job and what the requeue did to it."""
     parts = [f"{o.workload.describe()}: {o.result} ({o.action})" for o in report.outcomes]
     return "requeue: " + ("; ".join(parts) if parts else "no job to requeue")
+
+
+def is_kept_by_requeue_mode(pod: PodReport) -> bool:
+    """Whether the drain left ``pod`` on the node because its workload kind's requeue mode is ``off`` (the
+    timeline names those, unlike the DaemonSet and mirror pods every node keeps)."""
+    return pod.outcome is PodOutcome.SKIPPED and pod.reason.startswith(KEPT_REASON_PREFIX)
 
 
 def _gone(outcome: PodOutcome) -> bool:

@@ -20,6 +20,7 @@ from remediation.kubernetes.rest import JSON, MERGE_PATCH, JsonObject, RestClien
 from remediation.requeue import (
     PYTORCH_JOB_NAME_LABEL,
     Decision,
+    KindMode,
     ObjectRef,
     Outcome,
     OwnerChain,
@@ -34,7 +35,9 @@ from remediation.requeue import (
     deactivation_observed,
     decide,
     event_body,
+    governing_kind,
     is_kueue_managed,
+    kept_reason,
     left_inactive,
     left_suspended,
     next_owner_to_follow,
@@ -207,6 +210,37 @@ class Requeuer:
             failed=len(report.failed),
         )
         return report
+
+    def kept_pods(self, pods: Sequence[JsonObject]) -> dict[str, str]:
+        """The pods (by uid) whose workload kind is ``off``, each with the reason the drain leaves it on the
+        node; the owners are followed as :meth:`requeue` does. No request at all when no kind is ``off``."""
+        if not self._policy.keeps_any_kind:
+            return {}
+        kept: dict[str, str] = {}
+        seen: dict[str, JsonObject | None] = {}
+        for pod in pods:
+            reason = self._kept_reason(pod, seen)
+            if reason is not None:
+                kept[str((pod.get("metadata") or {}).get("uid", ""))] = reason
+        return kept
+
+    def _kept_reason(self, pod: JsonObject, seen: dict[str, JsonObject | None]) -> str | None:
+        try:
+            chain = self._resolve(pod, seen)
+        except API_ERRORS as error:
+            # Unknown kind: the drain goes ahead with the pod (a faulty node must not keep running work
+            # because its owners could not be read), and the log says why an `off` kind may have moved.
+            log.warning(
+                "owners not read; pod drained", pod=ref_of(pod).describe(), error=_describe_error(error)
+            )
+            return None
+        if chain is None:
+            return None
+        try:
+            kind = governing_kind(chain)
+        except ValueError:
+            return None
+        return kept_reason(kind) if self._policy.mode_for(kind) is KindMode.OFF else None
 
     def _resolve_all(self, evicted_pods: Sequence[JsonObject]) -> _Resolved:
         """One chain per distinct top owner; owners that could not be read become FAILED outcomes."""

@@ -10,6 +10,8 @@ from kubernetes import client
 
 from remediation.kubernetes.drain import Drainer, DrainInputError
 from remediation.kubernetes.drain_policy import DrainMode, DrainPolicy, ModeRule, Verdict, decide
+from remediation.kubernetes.requeue_api import Requeuer
+from remediation.requeue import KindMode, RequeuePolicy
 from sim.clock import ManualClock
 
 
@@ -99,3 +101,44 @@ def test_drain_refuses_a_missing_node_or_a_deadline_that_is_not_positive() -> No
     with pytest.raises(DrainInputError, match="positive"):
         drainer.drain("n", incident_id="i", deadline_s=0)
     assert drainer.api.requests_total == 0
+
+
+def test_a_pod_kept_for_its_requeue_mode_is_skipped_even_where_it_would_be_refused() -> None:
+    """A kept pod (its kind's requeue mode is ``off``) is skipped with the caller's reason, so an emptyDir
+    pod of that kind no longer blocks the drain; kubectl's own skips still come first."""
+    policy = DrainPolicy()
+    reason = "requeue mode off for jobset"
+    kept = decide(pod(emptydir=True), policy, kept=reason)
+    assert (kept.verdict, kept.reason) == (Verdict.SKIP, reason)
+    assert decide(pod(owner="DaemonSet"), policy, kept=reason).reason.startswith("DaemonSet")
+    assert decide(pod(), policy).verdict is Verdict.EVICT
+
+
+def _jobset_pod() -> dict[str, Any]:
+    """A pod whose owner chain (Job -> JobSet) would take a request to follow."""
+    gang = pod(owner="Job")
+    gang["metadata"]["uid"] = "pod-1"
+    gang["metadata"]["ownerReferences"][0]["apiVersion"] = "batch/v1"
+    return gang
+
+
+def _unreachable_client() -> client.ApiClient:
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:1"  # nothing listens: any request fails at once
+    return client.ApiClient(configuration)
+
+
+def test_without_an_off_kind_the_drain_asks_nothing_about_owners() -> None:
+    """The default policy (and any without ``off``) keeps no pod and sends no request for it."""
+    for policy in (RequeuePolicy(), RequeuePolicy(jobset=KindMode.EVICT_ONLY)):
+        requeuer = Requeuer(_unreachable_client(), policy=policy, clock=ManualClock())
+        assert requeuer.kept_pods([_jobset_pod()]) == {}
+        assert requeuer.api.requests_total == 0
+
+
+def test_with_an_off_kind_owners_that_cannot_be_read_leave_the_pod_to_the_drain() -> None:
+    """``jobset: off`` makes the drain follow the owners; when they cannot be read the pod is not kept (a
+    faulty node is still drained) and the failure costs no exception."""
+    requeuer = Requeuer(_unreachable_client(), policy=RequeuePolicy(jobset=KindMode.OFF), clock=ManualClock())
+    assert requeuer.kept_pods([_jobset_pod()]) == {}
+    assert requeuer.api.requests_total >= 1

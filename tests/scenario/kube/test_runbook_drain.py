@@ -312,6 +312,66 @@ def test_with_every_kind_evict_only_the_drain_evicts_and_no_requeue_is_attempted
     assert jobset is not None and REQUEUED_ANNOTATION not in jobset["metadata"].get("annotations", {})
 
 
+def start_side_job(fleet: Fleet, node: str) -> dict[str, str]:
+    """A one-pod batch Job without GPUs pinned to ``node`` (next to a gang pod); returns its pod labels."""
+    container = {"name": "s", "image": "s"}
+    pod_spec = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [container],
+    }
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "side", "namespace": NS},
+        "spec": {"parallelism": 1, "completions": 1, "template": {"spec": pod_spec}},
+    }
+    labels = {"batch.kubernetes.io/job-name": "side"}
+    fleet.kube.store.create("jobs.batch", body)
+    wait_until(lambda: len(fleet.running(**labels)) == 1, "the side Job's pod to run")
+    return labels
+
+
+def test_jobset_mode_off_keeps_its_pod_on_the_drained_node_while_the_others_are_evicted(fleet: Fleet) -> None:
+    """``jobset: off``: the drain leaves the JobSet's pod on the bad node untouched (same uid, no
+    DisruptionTarget, no requeue, no annotation), reports it skipped with "requeue mode off for jobset" (named
+    in the timeline's drain line), and still evicts the node's other pod (a plain Job's, mode auto)."""
+    fleet.requeue = RequeuePolicy(jobset=KindMode.OFF)
+    labels = start_jobset(fleet)
+    (gang_pod,) = fleet.running(**labels)[:1]
+    bad = gang_pod["spec"]["nodeName"]
+    side_labels = start_side_job(fleet, bad)
+    (side_pod,) = fleet.running(**side_labels)
+    fleet.agent(bad)
+
+    fleet.break_node(bad)
+    news = drain_results(fleet.finish_drain(bad))
+
+    assert news[0][:2] == ("Drain", True)  # a pod kept on purpose does not make the drain incomplete
+    gang_name = gang_pod["metadata"]["name"]
+    assert f"kept: {NS}/{gang_name} (requeue mode off for jobset)" in news[0][2]
+    assert news[1][0] == "Requeue" and "jobset" not in news[1][2].lower()  # only the side Job is looked at
+    state = fleet.executor(bad).drain_state
+    assert state is not None and state.report is not None
+    outcomes = {p.uid: (p.outcome, p.reason, p.attempts) for p in state.report.pods}
+    assert outcomes[gang_pod["metadata"]["uid"]] == (PodOutcome.SKIPPED, "requeue mode off for jobset", 0)
+    assert outcomes[side_pod["metadata"]["uid"]][0] is PodOutcome.EVICTED
+
+    kept = fleet.kube.store.get("pods", NS, gang_name)
+    assert kept is not None and kept["metadata"]["uid"] == gang_pod["metadata"]["uid"]
+    assert kept["spec"]["nodeName"] == bad and "deletionTimestamp" not in kept["metadata"]
+    conditions = kept["status"].get("conditions") or []
+    assert all(c.get("type") != "DisruptionTarget" for c in conditions)
+    assert side_pod["metadata"]["uid"] not in uids(fleet.kube.store.list("pods", NS))
+    jobset = fleet.kube.store.get(JOBSET_KEY, NS, "llm")
+    assert jobset is not None and REQUEUED_ANNOTATION not in jobset["metadata"].get("annotations", {})
+    assert fleet.requeue_events() == []
+    assert any(
+        action == "drain" and "requeue mode off for jobset" in m for action, _, m in fleet.timeline(bad)
+    )
+
+
 def test_a_restarted_agent_does_not_drain_the_same_incident_again(fleet: Fleet) -> None:
     """The drain is remembered in the state file: after the agent restarts mid-incident, its passes plan
     no second drain and the node stays cordoned and tainted."""
