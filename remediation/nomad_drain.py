@@ -15,15 +15,14 @@ The loop reads the news with :meth:`NomadDrainRunner.updates` (each once): the r
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 import structlog
 
+from remediation.background_drain import BackgroundDrain, DrainPhase, DrainState, DrainUpdate
 from remediation.nomad_errors import NomadError
 from remediation.nomad_facts import (
     DRAIN_META_INCIDENT,
@@ -42,7 +41,6 @@ from remediation.nomad_requeue import (
     RequeueQueries,
     batch_jobs_on,
 )
-from remediation.worker_thread import start_worker, wait_for_worker
 
 log = structlog.get_logger(__name__)
 
@@ -62,29 +60,12 @@ class DrainQueries(RequeueQueries, Protocol):
     ) -> None: ...
 
 
-class DrainPhase(StrEnum):
-    RUNNING = "running"
-    COMPLETE = "complete"  # Nomad finished the drain
-    INCOMPLETE = "incomplete"  # the deadline passed with the drain still in progress
-    FAILED = "failed"  # the drain could not be started
-
-
-@dataclass(frozen=True)
-class NomadDrainUpdate:
-    """One line for the aggregator's timeline (``agent.loop.DrainNews``)."""
-
-    incident_id: str
-    ok: bool
-    detail: str
-    requeue: bool = False
-
-
-@dataclass
-class NomadDrainState:
-    """The drain of one incident, as the runner knows it."""
-
-    incident_id: str
-    phase: DrainPhase = DrainPhase.RUNNING
+# Nomad's phases: COMPLETE when Nomad finished the drain, INCOMPLETE when the deadline passed with it still
+# in progress (or it was cancelled), FAILED when it could not be started. The phases, the timeline's updates
+# and the state are the same for every orchestrator.
+__all__ = ["DrainPhase", "NomadDrainRunner", "NomadDrainSetup", "NomadDrainState", "NomadDrainUpdate"]
+NomadDrainUpdate = DrainUpdate
+NomadDrainState = DrainState
 
 
 @dataclass(frozen=True)
@@ -103,8 +84,10 @@ MetaWriter = Callable[[Mapping[str, str | None]], None]
 Retried = Callable[[Callable[[], Any], str], Any]
 
 
-class NomadDrainRunner:
+class NomadDrainRunner(BackgroundDrain[DrainState]):
     """Drains one node in the background, one incident at a time, each incident at most once."""
+
+    known_errors = (NomadError,)
 
     def __init__(
         self,
@@ -115,6 +98,7 @@ class NomadDrainRunner:
         write_meta: MetaWriter,
         retried: Retried,
     ) -> None:
+        super().__init__(log.bind(node_id=node_id), f"gpuhealth-nomad-drain:{node_id[:8]}")
         self.node_id = node_id
         self._api = api
         self._setup = setup
@@ -123,51 +107,16 @@ class NomadDrainRunner:
         self._requeuer = NomadRequeuer(
             api, retried, same_fault_window_s=setup.same_fault_window_s, wall_clock_ns=setup.wall_clock_ns
         )
-        self._lock = threading.Lock()
-        self._state: NomadDrainState | None = None
-        self._updates: list[NomadDrainUpdate] = []
-        self._thread: threading.Thread | None = None
-        self._log = log.bind(node_id=node_id)
 
-    @property
-    def state(self) -> NomadDrainState | None:
-        with self._lock:
-            return self._state
+    def _new_state(self, incident_id: str) -> DrainState:
+        return DrainState(incident_id)
 
-    def start(self, incident_id: str, deadline_s: float) -> str:
-        """Start draining for ``incident_id`` unless that drain already started; answers at once."""
-        with self._lock:
-            current = self._state
-            if current is not None and current.incident_id == incident_id:
-                return f"drain for {incident_id} already {current.phase}"
-            if current is not None and current.phase is DrainPhase.RUNNING:
-                return f"drain for {current.incident_id} still running: {incident_id} waits"
-            self._state = NomadDrainState(incident_id)
-        self._thread = start_worker(
-            self._run, (incident_id, deadline_s), f"gpuhealth-nomad-drain:{self.node_id[:8]}"
-        )
-        return "drain started"
-
-    def updates(self) -> list[NomadDrainUpdate]:
-        with self._lock:
-            taken, self._updates = self._updates, []
-        return taken
-
-    def wait(self, timeout_s: float) -> bool:
-        return wait_for_worker(self._thread, timeout_s)
+    def _describe(self, error: Exception) -> str:
+        return error.describe() if isinstance(error, NomadError) else str(error)
 
     # --- the background thread -----------------------------------------------------------------------------
 
-    def _run(self, incident_id: str, deadline_s: float) -> None:
-        try:
-            self._drain(incident_id, deadline_s)
-        except NomadError as error:
-            self._finish(incident_id, DrainPhase.FAILED, f"drain failed: {error.describe()}")
-        except Exception as exc:  # noqa: BLE001 - a bug must end as a failed drain, not a silent thread
-            self._log.exception("drain_crashed", incident=incident_id)
-            self._finish(incident_id, DrainPhase.FAILED, f"drain failed: {type(exc).__name__}: {exc}")
-
-    def _drain(self, incident_id: str, deadline_s: float) -> None:
+    def _drain_node(self, incident_id: str, deadline_s: float) -> None:
         node = self._retried(lambda: self._api.get_node(self.node_id), "read node")
         claim: dict[str, str | None] = {DRAINED: incident_id}
         if not is_ineligible(node):
@@ -195,10 +144,7 @@ class NomadDrainRunner:
                 self._write_meta({REQUEUED: incident_id})
             except NomadError as error:  # the jobs restarted; only a restarted agent could repeat it
                 self._log.warning("requeue_not_recorded", incident=incident_id, error=error.describe())
-        with self._lock:
-            self._updates.append(
-                NomadDrainUpdate(incident_id, ok=not report.failed, detail=report.summary(), requeue=True)
-            )
+        self._record(DrainUpdate(incident_id, ok=not report.failed, detail=report.summary(), requeue=True))
 
     def _await_drain(self, started: float, deadline_s: float) -> tuple[DrainPhase, str]:
         """How the drain ended: Nomad completed it, someone (our release) cancelled it, or time ran out."""
@@ -216,12 +162,3 @@ class NomadDrainRunner:
                     return DrainPhase.COMPLETE, "drain complete"
             setup.sleep(setup.poll_interval_s)
         return DrainPhase.INCOMPLETE, "drain incomplete at the deadline"
-
-    def _finish(self, incident_id: str, phase: DrainPhase, detail: str) -> None:
-        with self._lock:
-            if self._state is not None and self._state.incident_id == incident_id:
-                self._state.phase = phase
-            self._updates.append(
-                NomadDrainUpdate(incident_id, ok=phase is DrainPhase.COMPLETE, detail=detail)
-            )
-        self._log.info("drain_outcome", incident=incident_id, phase=str(phase), detail=detail)

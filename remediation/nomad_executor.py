@@ -32,13 +32,13 @@ from typing import Any, Protocol
 
 import structlog
 
+from remediation.executor_common import ExecutorCommon
 from remediation.forbidden_hold import ForbiddenHold
 from remediation.nomad_drain import (
     DrainQueries,
     NomadDrainRunner,
     NomadDrainSetup,
     NomadDrainState,
-    NomadDrainUpdate,
 )
 from remediation.nomad_errors import NomadError, NomadForbidden, NomadNotFound, NomadUnavailable
 from remediation.nomad_facts import (
@@ -63,6 +63,7 @@ from remediation.nomad_idle import gpu_allocations
 from remediation.nomad_retry import NomadRetry
 from remediation.nomad_settings import NomadRetrySettings
 from remediation.nomad_watch import NomadNodeWatch
+from remediation.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
 from remediation.steps import (
     ApplyReport,
     Cordon,
@@ -105,7 +106,7 @@ class NomadNodeApi(DrainQueries, Protocol):
     def close(self) -> None: ...
 
 
-class NomadExecutor:
+class NomadExecutor(ExecutorCommon[NomadDrainState]):
     """The ``NodeExecutor`` (and ``DrainingExecutor``) for one Nomad client node."""
 
     gpu_workload = "allocation"  # what :meth:`gpu_pods` lists, for the diagnostics' "busy" message
@@ -126,7 +127,7 @@ class NomadExecutor:
     ) -> None:
         self.node_id = node_id
         self.node_name = node_name or node_id
-        self._api = api
+        self._api: NomadNodeApi = api
         self._retry = NomadRetry(retry or NomadRetrySettings(), sleep=sleep, monotonic=monotonic)
         self._monotonic = monotonic
         # Our pending writes age against the watch, which runs on real time whatever clock the retries use.
@@ -139,9 +140,11 @@ class NomadExecutor:
         self._pending_eligibility: tuple[bool, float, int] | None = None
         self._closed = threading.Event()
         self._log = log.bind(node=self.node_name, node_id=node_id)
-        self._watch = NomadNodeWatch(api, node_id, wait_s=watch_wait_s, explain=self._with_pending)
+        self._watch: NomadNodeWatch = NomadNodeWatch(
+            api, node_id, wait_s=watch_wait_s, explain=self._with_pending
+        )
         self._watching = watch
-        self._drain = (
+        self._drain: NomadDrainRunner | None = (
             NomadDrainRunner(api, node_id, drain, write_meta=self._write_meta, retried=self._retried)
             if drain is not None
             else None
@@ -161,12 +164,9 @@ class NomadExecutor:
 
     def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
         """Apply ``steps`` in order; each gives a ``StepResult`` (never an exception for API errors)."""
-        report = ApplyReport()
         if dry_run:
-            for step in steps:
-                self._log.info("dry-run: would apply", step=type(step).__name__, **dataclasses.asdict(step))
-                report.results.append(StepResult(step=step, ok=True, detail="dry-run", attempts=0))
-            return report
+            return dry_run_report(steps, self._log)
+        report = ApplyReport()
         batch: list[Step] = []
         with self._watch.own_writes():
             for step in steps:
@@ -181,13 +181,6 @@ class NomadExecutor:
             self._watch.expect(node_facts(self._view()))
         return report
 
-    def wait_for_change(self, timeout_s: float) -> bool:
-        """True when the watch saw the node change for another reason than our writes."""
-        if not self._watching:
-            self._closed.wait(max(timeout_s, 0.0))
-            return False
-        return self._watch.wait_for_change(timeout_s)
-
     def close(self) -> None:
         """Stop the watch and close the connections (the API first: that cuts the watch's long poll)."""
         self._closed.set()
@@ -197,45 +190,11 @@ class NomadExecutor:
 
     # --- extras for the agent loop, the wiring and the benchmarks ----------------------------------------
 
-    @property
-    def can_drain(self) -> bool:
-        return self._drain is not None
-
-    @property
-    def drain_state(self) -> NomadDrainState | None:
-        return self._drain.state if self._drain is not None else None
-
-    def drain_updates(self) -> list[NomadDrainUpdate]:
-        return self._drain.updates() if self._drain is not None else []
-
-    def wait_for_drain(self, timeout_s: float) -> bool:
-        return self._drain.wait(timeout_s) if self._drain is not None else True
-
     def gpu_pods(self) -> list[str]:
         """Live allocations on the node that hold GPUs (``agent.diagnostics.IdleProbe``; one list, read only
         when a deep diagnostic is due). Raises NomadError when they cannot be listed."""
         allocations = self._retried(lambda: self._api.node_allocations(self.node_id), "list allocations")
         return gpu_allocations(allocations)
-
-    @property
-    def writes_total(self) -> int:
-        return self._api.writes_total
-
-    @property
-    def requests_total(self) -> int:
-        return self._api.requests_total
-
-    @property
-    def synced(self) -> bool:
-        return self._watch.synced
-
-    def wait_synced(self, timeout_s: float) -> bool:
-        return self._watch.wait_synced(timeout_s)
-
-    @property
-    def problem(self) -> str | None:
-        """Why the executor cannot act right now (a 403 on writes), or None."""
-        return self._hold.problem
 
     # --- steps --------------------------------------------------------------------------------------------
 
@@ -258,11 +217,9 @@ class NomadExecutor:
             # Nomad has no custom node events: the log line is the record (the aggregator has the timeline).
             self._log.info("node_event", reason=step.reason, message=step.message, key=step.key)
             return StepResult(step=step, ok=True, detail="logged (Nomad has no node events)", attempts=0)
-        if isinstance(step, Drain) and self._drain is None:
-            return StepResult(step=step, ok=False, detail="drain is not configured", attempts=0)
-        operation = self._operation(step)
-        if operation is None:  # RequestPermit, Requeue: the agent loop's business
-            return StepResult(step=step, ok=True, detail="handled by the agent loop", attempts=0)
+        operation = operation_or_answer(step, self._operation, can_drain=self._drain is not None)
+        if isinstance(operation, StepResult):
+            return operation
         ok, detail, attempts = self._run(operation, type(step).__name__, unavailable=unavailable)
         return StepResult(step=step, ok=ok, detail=detail, attempts=attempts)
 
@@ -289,20 +246,15 @@ class NomadExecutor:
         self, operation: Callable[[], str], name: str, *, unavailable: str | None
     ) -> tuple[bool, str, int]:
         """(ok, detail, attempts) of one operation under the retries, the 403 hold and the pass's outage."""
-        if unavailable is not None:
-            # One step already spent its deadline on a Nomad that is down: the rest would do the same.
-            return False, unavailable, 0
-        held = self._hold.skipped()
-        if held is not None:
-            return False, held, 0
+        skipped = skip_reason(self._hold, unavailable)
+        if skipped is not None:
+            return False, skipped, 0
         outcome = self._retry.call(operation, step=name)
         if outcome.error is not None:
             return False, self._failed(outcome.error, name), outcome.attempts
         self._recovered()
         detail = outcome.value or "done"
-        # Mutations are worth an info line each (an audit trail); a step that found nothing to do is not.
-        level = self._log.debug if detail == "unchanged" else self._log.info
-        level("step applied", step=name, detail=detail, attempts=outcome.attempts)
+        log_applied(self._log, name, detail, outcome.attempts, wrote=detail != "unchanged")
         return True, detail, outcome.attempts
 
     def _make_ineligible(self, marker: MetaChanges, done: str) -> str:

@@ -15,23 +15,22 @@ runner lists the node's pods once before the drain and keeps those the drain the
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import structlog
 import urllib3.exceptions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediation.background_drain import BackgroundDrain, DrainPhase, DrainUpdate
+from remediation.background_drain import DrainState as DrainStateBase
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy, JsonObject
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
 from remediation.kubernetes.requeue_api import Requeuer
 from remediation.requeue import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
-from remediation.worker_thread import start_worker, wait_for_worker
 from sim.clock import Clock
 
 log = structlog.get_logger(__name__)
@@ -41,23 +40,9 @@ REQUEUE_RETRY_S = 2.0
 ACCEPTED_EVICTIONS = frozenset({PodOutcome.EVICTED, PodOutcome.TIMED_OUT})
 
 
-class DrainPhase(StrEnum):
-    """Where the node's drain for one incident stands."""
-
-    RUNNING = "running"
-    COMPLETE = "complete"  # every pod that had to go is gone; the requeue ran
-    INCOMPLETE = "incomplete"  # some pods stayed (blocked by a budget, refused, timed out); requeue ran
-    FAILED = "failed"  # the drain could not run (cordon or list failed, or an unexpected error)
-
-
-@dataclass(frozen=True)
-class DrainUpdate:
-    """One line for the aggregator's timeline: what the drain (``requeue=False``) or requeue did."""
-
-    incident_id: str
-    ok: bool
-    detail: str
-    requeue: bool = False
+# Kubernetes phases: COMPLETE when every pod that had to go is gone, INCOMPLETE when some stayed (blocked
+# by a budget, refused, timed out), FAILED when the cordon or the list failed; the requeue runs after both.
+__all__ = ["DrainPhase", "DrainRunner", "DrainSetup", "DrainState", "DrainUpdate"]
 
 
 @dataclass(frozen=True)
@@ -72,19 +57,18 @@ class DrainSetup:
 
 
 @dataclass
-class DrainState:
-    """The drain of one incident, as the runner knows it."""
+class DrainState(DrainStateBase):
+    """The drain of one incident, with the reports of the drain and of the requeue once they exist."""
 
-    incident_id: str
-    phase: DrainPhase = DrainPhase.RUNNING
     report: DrainReport | None = None
     requeue: RequeueReport | None = None
 
 
-class DrainRunner:
+class DrainRunner(BackgroundDrain[DrainState]):
     """Drains one node in the background, one incident at a time."""
 
     def __init__(self, api_client: client.ApiClient, node: str, setup: DrainSetup, clock: Clock) -> None:
+        super().__init__(log.bind(node=node), f"gpuhealth-drain:{node}")
         self.node = node
         self._requeuer = Requeuer(
             api_client,
@@ -103,55 +87,21 @@ class DrainRunner:
         )
         self._requeues = setup.requeue_policy.restarts_anything
         self._sleep = setup.sleep
-        self._lock = threading.Lock()
-        self._state: DrainState | None = None
-        self._updates: list[DrainUpdate] = []
-        self._thread: threading.Thread | None = None
-        self._log = log.bind(node=node)
 
-    @property
-    def state(self) -> DrainState | None:
-        """The latest drain's state (running or finished); None before the first."""
-        with self._lock:
-            return self._state
-
-    def start(self, incident_id: str, deadline_s: float) -> str:
-        """Start draining for ``incident_id`` unless a drain for it already started; returns what happened."""
-        with self._lock:
-            current = self._state
-            if current is not None and current.incident_id == incident_id:
-                return f"drain for {incident_id} already {current.phase}"
-            if current is not None and current.phase is DrainPhase.RUNNING:
-                return f"drain for {current.incident_id} still running: {incident_id} waits"
-            self._state = DrainState(incident_id)
-        self._thread = start_worker(self._run, (incident_id, deadline_s), f"gpuhealth-drain:{self.node}")
-        return "drain started"
-
-    def updates(self) -> list[DrainUpdate]:
-        """What happened since the last call (each update is returned once)."""
-        with self._lock:
-            taken, self._updates = self._updates, []
-        return taken
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait for the running drain (and its requeue) to end; True when none runs (tests, shutdown)."""
-        return wait_for_worker(self._thread, timeout_s)
+    def _new_state(self, incident_id: str) -> DrainState:
+        return DrainState(incident_id)
 
     # --- the background thread ---------------------------------------------------------------------------
 
-    def _run(self, incident_id: str, deadline_s: float) -> None:
-        try:
-            self._drain_then_requeue(incident_id, deadline_s)
-        except Exception as exc:  # noqa: BLE001 - a bug here must end as a failed drain, not a silent thread
-            self._log.exception("drain_crashed", incident=incident_id)
-            self._finish(incident_id, DrainPhase.FAILED, f"drain failed: {type(exc).__name__}: {exc}")
-
-    def _drain_then_requeue(self, incident_id: str, deadline_s: float) -> None:
+    def _drain_node(self, incident_id: str, deadline_s: float) -> None:
+        """Drain, then requeue the evicted pods' jobs (every error, even a bug, ends as a failed drain)."""
         before = self._pods_by_uid()
         report = self._drainer.drain(self.node, incident_id=incident_id, deadline_s=deadline_s)
-        with self._lock:
-            if self._state is not None:
-                self._state.report = report
+
+        def keep_report(state: DrainState) -> None:
+            state.report = report
+
+        self._edit(keep_report)
         if report.error is not None:
             self._finish(incident_id, DrainPhase.FAILED, report.error)
             return
@@ -179,20 +129,12 @@ class DrainRunner:
                 break
             self._sleep(REQUEUE_RETRY_S)
             report = self._requeuer.requeue(evicted, incident_id=incident_id, node=self.node)
-        with self._lock:
-            if self._state is not None:
-                self._state.requeue = report
-            update = DrainUpdate(
-                incident_id, ok=not report.failed, detail=requeue_summary(report), requeue=True
-            )
-            self._updates.append(update)
+        update = DrainUpdate(incident_id, ok=not report.failed, detail=requeue_summary(report), requeue=True)
 
-    def _finish(self, incident_id: str, phase: DrainPhase, detail: str) -> None:
-        with self._lock:
-            if self._state is not None and self._state.incident_id == incident_id:
-                self._state.phase = phase
-            self._updates.append(DrainUpdate(incident_id, ok=phase is DrainPhase.COMPLETE, detail=detail))
-        self._log.info("drain_outcome", incident=incident_id, phase=str(phase), detail=detail)
+        def keep_requeue(state: DrainState) -> None:
+            state.requeue = report
+
+        self._record(update, edit=keep_requeue)
 
 
 def drain_summary(report: DrainReport) -> str:

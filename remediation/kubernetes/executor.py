@@ -29,10 +29,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from agent.snapshot import utc_now
+from remediation.executor_common import ExecutorCommon
 from remediation.forbidden_hold import ForbiddenHold
 from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
-from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState, DrainUpdate
+from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState
 from remediation.kubernetes.errors import (
     HTTP_FORBIDDEN,
     KubeExecutorError,
@@ -44,6 +45,7 @@ from remediation.kubernetes.names import CORDONED_ANNOTATION
 from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
 from remediation.kubernetes.node_watch import NodeWatch
 from remediation.kubernetes.retry import Failure, RetryPolicy, RetrySettings
+from remediation.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
 from remediation.steps import (
     ApplyReport,
     Cordon,
@@ -67,7 +69,7 @@ HTTP_CONFLICT = 409
 HTTP_NOT_FOUND = 404
 
 
-class KubernetesExecutor:
+class KubernetesExecutor(ExecutorCommon[DrainState]):
     """The ``NodeExecutor`` for one Kubernetes node (``remediation.executor.NodeExecutor``).
 
     ``watch=False`` skips the watch thread: ``facts()`` then reads the node on every call (one-shot tools).
@@ -96,7 +98,7 @@ class KubernetesExecutor:
         self._api_client = api_client
         self._component = component
         settings = retry or RetrySettings()
-        self._api = NodeApi(
+        self._api: NodeApi = NodeApi(
             api_client, node_name, field_manager=field_manager, request_timeout_s=settings.request_timeout_s
         )
         self._retry = RetryPolicy(settings, sleep=sleep, wall=lambda: clock().timestamp())
@@ -106,9 +108,9 @@ class KubernetesExecutor:
         self._owns_client = False
         self._last_resync = clock()
         self._log = log.bind(node=node_name)
-        self._watch = NodeWatch(self._api)
+        self._watch: NodeWatch = NodeWatch(self._api)
         self._watching = watch
-        self._drain = (
+        self._drain: DrainRunner | None = (
             DrainRunner(api_client, node_name, drain, drain.clock or RealClock())
             if drain is not None
             else None
@@ -146,10 +148,9 @@ class KubernetesExecutor:
 
     def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
         """Apply ``steps`` in order; each gives a ``StepResult`` (never an exception for API errors)."""
-        report = ApplyReport()
         if dry_run:
-            report.results.extend(self._dry_run(step) for step in steps)
-            return report
+            return dry_run_report(steps, self._log)
+        report = ApplyReport()
         unavailable: str | None = None
         with self._watch.own_writes():
             for step in steps:
@@ -164,13 +165,6 @@ class KubernetesExecutor:
                     unavailable = f"skipped: API server unavailable ({result.detail})"
         return report
 
-    def wait_for_change(self, timeout_s: float) -> bool:
-        """True when the watch saw the node's facts change since the last call (a human, or drift)."""
-        if not self._watching:
-            self._closed.wait(max(timeout_s, 0.0))
-            return False
-        return self._watch.wait_for_change(timeout_s)
-
     def close(self) -> None:
         """Stop the watch (within a second) and close the client if this executor created it."""
         self._closed.set()
@@ -182,53 +176,11 @@ class KubernetesExecutor:
 
     # --- extras for the agent loop and the benchmarks ----------------------------------------------------
 
-    @property
-    def can_drain(self) -> bool:
-        """True when built with a ``DrainSetup``: a ``Drain`` step then starts a background drain."""
-        return self._drain is not None
-
-    @property
-    def drain_state(self) -> DrainState | None:
-        """The latest drain of this node (running or finished); None when none started or drain is off."""
-        return self._drain.state if self._drain is not None else None
-
-    def drain_updates(self) -> list[DrainUpdate]:
-        """The drain's news since the last call (started, outcome, requeue), each once, for the timeline."""
-        return self._drain.updates() if self._drain is not None else []
-
-    def wait_for_drain(self, timeout_s: float) -> bool:
-        """Wait for a running drain and its requeue to end; True when none runs."""
-        return self._drain.wait(timeout_s) if self._drain is not None else True
-
     def gpu_pods(self) -> list[str]:
         """Unfinished pods on the node that hold GPUs (one list; only when a diagnostic is due).
 
         Raises IdleProbeError when the pods cannot be listed."""
         return gpu_pods(self._api_client, self.node_name)
-
-    @property
-    def writes_total(self) -> int:
-        """Mutating requests sent (patches, Event creates), failed attempts included."""
-        return self._api.writes_total
-
-    @property
-    def requests_total(self) -> int:
-        """Every request sent: reads, writes, the watch's lists and watch connections."""
-        return self._api.requests_total
-
-    @property
-    def synced(self) -> bool:
-        """True once the node has been read at least once (by the watch or directly)."""
-        return self._watch.synced
-
-    def wait_synced(self, timeout_s: float) -> bool:
-        """Wait for the watch's first list; False on timeout (e.g. the API server is down)."""
-        return self._watch.wait_synced(timeout_s)
-
-    @property
-    def problem(self) -> str | None:
-        """Why the executor cannot act right now (a 403 it is holding its writes for), or None."""
-        return self._hold.problem
 
     def needs_resync(self) -> bool:
         """True once every ``resync_s``: time for the loop to re-plan from scratch to repair drift."""
@@ -240,18 +192,12 @@ class KubernetesExecutor:
 
     # --- steps --------------------------------------------------------------------------------------------
 
-    def _dry_run(self, step: Step) -> StepResult:
-        self._log.info("dry-run: would apply", step=type(step).__name__, **dataclasses.asdict(step))
-        return StepResult(step=step, ok=True, detail="dry-run", attempts=0)
-
     def _apply_step(self, step: Step) -> tuple[StepResult, bool]:
         """The step's result, and whether it failed because the server is down or throttling us."""
-        if isinstance(step, Drain) and self._drain is None:
-            return StepResult(step=step, ok=False, detail="drain is not configured", attempts=0), False
-        operation = self._operation(step)
-        if operation is None:
-            return StepResult(step=step, ok=True, detail="handled by the agent loop", attempts=0), False
-        held = self._hold.skipped()
+        operation = operation_or_answer(step, self._operation, can_drain=self._drain is not None)
+        if isinstance(operation, StepResult):
+            return operation, False
+        held = skip_reason(self._hold)
         if held is not None:
             return StepResult(step=step, ok=False, detail=held, attempts=0), False
         name = type(step).__name__
@@ -266,9 +212,7 @@ class KubernetesExecutor:
         wrote = self.writes_total > writes_before
         if wrote and self._hold.allowed():
             self._log.info("kubernetes_writes_allowed_again", step=name)
-        # Mutations are worth an info line each (an audit trail); steps that found nothing to do are not.
-        level = self._log.info if wrote else self._log.debug
-        level("step applied", step=name, detail=detail, attempts=outcome.attempts)
+        log_applied(self._log, name, detail, outcome.attempts, wrote=wrote)
         return StepResult(step=step, ok=True, detail=detail, attempts=outcome.attempts), False
 
     def _failed(self, failure: Failure, name: str) -> str:
