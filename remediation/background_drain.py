@@ -10,6 +10,7 @@ may start, turns an error the drain raised into a failed drain, and records how 
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -48,7 +49,7 @@ class DrainState:
 StateT = TypeVar("StateT", bound=DrainState)
 
 
-class BackgroundDrain(Generic[StateT]):
+class BackgroundDrain(ABC, Generic[StateT]):
     """Drains one node in the background, one incident at a time; subclasses say how to drain.
 
     ``known_errors`` are the orchestrator's request errors: a drain ending on one fails with its
@@ -97,12 +98,13 @@ class BackgroundDrain(Generic[StateT]):
 
     # --- for the subclasses --------------------------------------------------------------------------------
 
+    @abstractmethod
     def _new_state(self, incident_id: str) -> StateT:
-        raise NotImplementedError
+        """The state record of a drain that starts now."""
 
+    @abstractmethod
     def _drain_node(self, incident_id: str, deadline_s: float) -> None:
         """The drain itself, on the worker thread; it reports through ``_finish`` and ``_record``."""
-        raise NotImplementedError
 
     def _describe(self, error: Exception) -> str:
         """One line for an error of ``known_errors``."""

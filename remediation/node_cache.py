@@ -7,6 +7,7 @@ thread; what the executor reads from the cache, and how it waits on it, is the s
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
 from remediation.steps import NodeFacts
@@ -14,7 +15,7 @@ from remediation.steps import NodeFacts
 NodeT = TypeVar("NodeT")
 
 
-class NodeCache(Generic[NodeT]):
+class NodeCache(ABC, Generic[NodeT]):
     """The last node seen and its facts; a subclass's ``_run`` fills it from its own thread."""
 
     def __init__(self, thread_name: str) -> None:
@@ -56,5 +57,6 @@ class NodeCache(Generic[NodeT]):
         self._changed.clear()
         return changed
 
+    @abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The watch loop, on its own thread: read the node, then follow its changes until stopped."""
