@@ -18,6 +18,7 @@ RUN apt-get update \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY gpuhealth ./gpuhealth
 COPY agent ./agent
 COPY checks ./checks
 COPY sim ./sim

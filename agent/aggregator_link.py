@@ -21,21 +21,20 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent.diagnostics_order import DiagOrder
-from agent.health import NodeHealth
 from agent.report_outbox import OutboxError, ReportOutbox
-from aggregator.models import (
+from gpuhealth.core.aggregator_api import (
     ActionTaken,
     GpuSummary,
     IncidentReport,
     NodeRequest,
-    NodeState,
     Report,
     RequestKind,
 )
-from checks.findings import Verdict, worst_status
+from gpuhealth.core.clock import Clock
+from gpuhealth.core.findings import Verdict, worst_status
+from gpuhealth.core.health import NodeHealth, NodeState
+from gpuhealth.core.steps import ApplyReport, Step
 from remediation.aggregator_client import AggregatorClient, AggregatorError, Unauthorized
-from remediation.steps import ApplyReport, Step
-from sim.clock import Clock
 
 if TYPE_CHECKING:
     from agent.diagnostics import DiagnosticsRunner

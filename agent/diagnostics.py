@@ -40,13 +40,13 @@ from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DiagRun
 from agent.diagnostics_order import DiagOrder
 from agent.diagnostics_settings import DiagnosticsSettings
 from agent.diagnostics_state import DiagnosticsState, DiagnosticsStore, RunningDiag
-from agent.health import NodeHealth, NodeState
-from agent.snapshot import NodeSnapshot
 from agent.state_machine import HealthStateMachine
-from aggregator.models import ActionTaken
-from checks.findings import Finding
-from remediation.steps import ApplyReport, SetTaint
-from sim.clock import Clock
+from gpuhealth.core.aggregator_api import ActionTaken
+from gpuhealth.core.clock import Clock
+from gpuhealth.core.findings import Finding
+from gpuhealth.core.health import NodeHealth, NodeState
+from gpuhealth.core.snapshot import NodeSnapshot
+from gpuhealth.core.steps import ApplyReport, SetTaint
 
 log = structlog.get_logger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from checks.findings import Finding
+from gpuhealth.core.findings import Finding
 
 log = structlog.get_logger(__name__)
 

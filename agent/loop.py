@@ -17,32 +17,31 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 
-from agent.health import NodeHealth
 from agent.metrics import AgentMetrics
 from agent.permit_gate import PermitGate, split_at_first_permit, withhold_unpermitted
 from agent.recovery.settle import settle_recovery
-from agent.snapshot import NodeSnapshot
 from agent.sources import NodeChangeRelay, XidFeed
 from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore, StateStoreError
 from checks.config import ChecksConfig
 from checks.dcgm import merge_findings
-from checks.findings import Finding, Verdict
 from checks.runner import run_checks
+from gpuhealth.core.clock import Clock, RealClock
+from gpuhealth.core.findings import Finding, Verdict
+from gpuhealth.core.health import NodeHealth
+from gpuhealth.core.snapshot import NodeSnapshot
+from gpuhealth.core.steps import ApplyReport, Drain, EmitEvent, Requeue, Step, StepResult
 from remediation.executor import NodeExecutor
 from remediation.plan import RemediationMemory, RemediationPolicy, plan
 from remediation.recovery_plan import RecoveryRules
-from remediation.steps import ApplyReport, Drain, EmitEvent, Requeue, Step, StepResult
-from sim.clock import Clock, RealClock
 
 if TYPE_CHECKING:
     from agent.aggregator_link import AggregatorLink
     from agent.diagnostics import DiagnosticsRunner
-    from agent.settings import AgentSettings
 
 log = structlog.get_logger(__name__)
 
@@ -389,13 +388,6 @@ class Agent:
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
-
-
-def build_agent(settings: AgentSettings, **parts: Any) -> Agent:
-    """An agent wired with the real parts; see :func:`agent.wiring.build_agent` (which this calls)."""
-    from agent.wiring import build_agent as wire
-
-    return wire(settings, **parts)
 
 
 def _event_wait(event: threading.Event, timeout: float) -> bool:

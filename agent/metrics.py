@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agent.snapshot import NodeSnapshot
-from checks.findings import Finding, Status, Verdict, worst_status
-from remediation.steps import ApplyReport
+from gpuhealth.core.findings import Finding, Status, Verdict, worst_status
+from gpuhealth.core.snapshot import NodeSnapshot
+from gpuhealth.core.steps import ApplyReport
 
 GPU_HEALTH_VALUE: dict[Status, int] = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}
 """The per-GPU health gauge: the Nagios exit-code convention (0 ok, 1 warn, 2 fail, 3 unknown)."""

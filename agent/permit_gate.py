@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import structlog
 
-from aggregator.models import Permit
-from checks.findings import Action
+from gpuhealth.core.aggregator_api import Permit
+from gpuhealth.core.clock import Clock
+from gpuhealth.core.findings import Action
+from gpuhealth.core.steps import RequestPermit, Step
 from remediation.aggregator_client import AggregatorClient, AggregatorError, PermitLapsed, PermitRefused
-from remediation.steps import RequestPermit, Step
-from sim.clock import Clock
 
 log = structlog.get_logger(__name__)
 

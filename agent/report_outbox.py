@@ -25,7 +25,7 @@ from pathlib import Path
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aggregator.models import Report
+from gpuhealth.core.aggregator_api import Report
 
 log = structlog.get_logger(__name__)
 

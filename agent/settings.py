@@ -22,11 +22,11 @@ from agent.diagnostics_settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
 from agent.state_machine import DebounceConfig
 from checks.config import ChecksConfig
-from remediation.kubernetes import RetrySettings
 from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.nomad_settings import NomadSettings
+from remediation.kubernetes.requeue import RequeuePolicy
+from remediation.kubernetes.settings import RetrySettings
+from remediation.nomad.settings import NomadSettings
 from remediation.plan import RemediationPolicy
-from remediation.requeue import RequeuePolicy
 from remediation.token_source import token_from_env_or_file
 
 ENV_PREFIX = "GPUHEALTH_"

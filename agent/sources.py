@@ -17,7 +17,7 @@ import structlog
 from agent.backends.kernel_log import KernelLogError, attach_kernel_xids
 from agent.backends.nvml import NvmlBackendError
 from agent.backends.xid_watcher import XidBuffer
-from agent.snapshot import NodeSnapshot, XidEvent
+from gpuhealth.core.snapshot import NodeSnapshot, XidEvent
 from remediation.executor import NodeExecutor
 
 log = structlog.get_logger(__name__)

@@ -47,9 +47,9 @@ from datetime import datetime
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.health import Incident, NodeHealth, NodeState
-from checks.findings import Action, Finding, Status, Verdict, worst_action
-from remediation.plan_memory import RemediationMemory
+from gpuhealth.core.findings import Action, Finding, Status, Verdict, worst_action
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.plan_memory import RemediationMemory
 
 log = structlog.get_logger(__name__)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import structlog
 from pydantic import ValidationError
 
-from agent.snapshot import utc_now
 from agent.state_machine import STATE_SCHEMA_VERSION, AgentState
+from gpuhealth.core.clock import utc_now
 
 log = structlog.get_logger(__name__)
 

@@ -35,13 +35,13 @@ from agent.settings import AgentSettings, DcgmSettings, KernelLogSettings, aggre
 from agent.sources import EventThread, XidCallback, XidFeed
 from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore
+from gpuhealth.core.clock import Clock, RealClock
+from gpuhealth.core.plan_memory import RemediationMemory
 from remediation.aggregator_client import AggregatorClient
 from remediation.executor import NodeExecutor
 from remediation.executor_problem import ExecutorProblemFindings, ExecutorWithProblem
-from remediation.kubernetes import KubernetesExecutor, executor_from_kubeconfig
 from remediation.kubernetes.drain_runner import DrainSetup
-from remediation.plan_memory import RemediationMemory
-from sim.clock import Clock, RealClock
+from remediation.kubernetes.executor import KubernetesExecutor, executor_from_kubeconfig
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -251,8 +251,8 @@ def _nomad_executor(settings: AgentSettings, clock: Clock) -> tuple[NodeExecutor
 
     Raises NomadConfigError with one line when the local Nomad agent cannot tell us our node.
     """
-    from remediation.nomad_connect import connect_nomad_executor  # python-nomad loads on Nomad nodes only
-    from remediation.nomad_drain import NomadDrainSetup
+    from remediation.nomad.connect import connect_nomad_executor  # python-nomad loads on Nomad nodes only
+    from remediation.nomad.drain import NomadDrainSetup
 
     drain = (
         NomadDrainSetup(

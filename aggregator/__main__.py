@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent.logging import configure_logging
 from aggregator.server import serve
 from aggregator.settings import SettingsError, load_settings
 from aggregator.store.engine import StoreError
+from gpuhealth.core.logging import configure_logging
 
 
 def main() -> int:

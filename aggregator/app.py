@@ -19,14 +19,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from agent.snapshot import utc_now
-from aggregator import breaker, permits
+from aggregator import breaker, permits, queries
 from aggregator.alerts import api as alerts_api
 from aggregator.alerts.worker import DeliveryWorker
 from aggregator.batching import ReportWriter
 from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.metrics import AggregatorMetrics
-from aggregator.models import (
+from aggregator.settings import AggregatorSettings
+from aggregator.store import diag_requests
+from aggregator.store import requests as node_requests
+from aggregator.store.engine import Database, open_database
+from aggregator.timespec import TimeSpecError, parse_since
+from gpuhealth.core.aggregator_api import (
     NODE_NAME_PATTERN,
     STALE,
     BreakerReset,
@@ -39,7 +43,6 @@ from aggregator.models import (
     ManualRequest,
     NodeDetail,
     NodeRequest,
-    NodeState,
     NodeSummary,
     Permit,
     PermitRefusal,
@@ -49,11 +52,8 @@ from aggregator.models import (
     Report,
     ReportAck,
 )
-from aggregator.settings import AggregatorSettings
-from aggregator.store import diag_requests, queries
-from aggregator.store import requests as node_requests
-from aggregator.store.engine import Database, open_database
-from aggregator.timespec import TimeSpecError, parse_since
+from gpuhealth.core.clock import utc_now
+from gpuhealth.core.health import NodeState
 
 log = structlog.get_logger(__name__)
 

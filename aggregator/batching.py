@@ -18,10 +18,10 @@ from datetime import datetime
 
 import structlog
 
-from aggregator.models import Report, ReportAck
+from aggregator.ingest import ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import Database
-from aggregator.store.reports import ingest_report
+from gpuhealth.core.aggregator_api import Report, ReportAck
 
 log = structlog.get_logger(__name__)
 

@@ -14,10 +14,10 @@ import structlog
 from sqlalchemy import Connection, distinct, func, select, update
 
 from aggregator.alerts import raising
-from aggregator.models import BreakerStatus
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, fleet_control, nodes
+from gpuhealth.core.aggregator_api import BreakerStatus
 
 log = structlog.get_logger(__name__)
 

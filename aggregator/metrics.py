@@ -16,9 +16,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
 from aggregator import permits
-from aggregator.models import STALE
 from aggregator.store.engine import Database
 from aggregator.store.tables import fleet_control, incidents, nodes
+from gpuhealth.core.aggregator_api import STALE
 
 
 class AggregatorMetrics:

@@ -19,10 +19,10 @@ from sqlalchemy import Connection, and_, func, select, update
 
 from aggregator import breaker
 from aggregator.alerts import raising
-from aggregator.models import BudgetStatus, Permit, PermitRefusal, PermitRequest
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, nodes, permits
+from gpuhealth.core.aggregator_api import BudgetStatus, Permit, PermitRefusal, PermitRequest
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aggregator.alerts.config import RouteSettings, SinkSettings
+from aggregator.alert_settings import RouteSettings, SinkSettings
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 

@@ -20,7 +20,7 @@ from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
-from remediation.kubernetes import KubernetesExecutor
+from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.harness import KubeSim
 
 

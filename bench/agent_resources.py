@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.backends.fake_nvml import FakeNvml
-from agent.logging import configure_logging
 from agent.settings import AgentSettings, HttpSettings, KubernetesSettings
 from agent.wiring import build_agent
+from gpuhealth.core.logging import configure_logging
 
 FULL_SECONDS, QUICK_SECONDS = 300.0, 30.0
 WARMUP_S = 12.0
@@ -57,7 +57,7 @@ def start_emulator(kubeconfig: Path, log_path: Path) -> subprocess.Popen[bytes]:
             [
                 sys.executable,
                 "-m",
-                "agent.cli.main",
+                "gpuhealth.cli.main",
                 "sim",
                 "kube",
                 "--nodes",

@@ -28,12 +28,12 @@ from typing import Any
 import httpx
 import yaml
 
-from agent.logging import configure_logging
-from agent.snapshot import utc_now
-from aggregator.models import Report
+from aggregator.ingest import ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import open_database
-from aggregator.store.reports import ingest_report
+from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.clock import utc_now
+from gpuhealth.core.logging import configure_logging
 
 TOKEN = "bench-token"  # noqa: S105 - a throw-away token for a local benchmark server
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

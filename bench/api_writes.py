@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
-from agent.logging import configure_logging
 from bench.agent_fleet import FleetNode, agent_fleet
+from gpuhealth.core.logging import configure_logging
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 

@@ -30,7 +30,16 @@ class DemoFailedToRun(RuntimeError):
 
 def run(nodes: int) -> dict[str, Any]:
     """Play the default scenario on ``nodes`` nodes in a child process and summarise what it reported."""
-    command = [sys.executable, "-m", "agent.cli.main", "demo", "--nodes", str(nodes), "--headless", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "gpuhealth.cli.main",
+        "demo",
+        "--nodes",
+        str(nodes),
+        "--headless",
+        "--json",
+    ]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=TIMEOUT_S)
     wall_s = time.perf_counter() - started

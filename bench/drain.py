@@ -39,11 +39,11 @@ from typing import Any
 
 from kubernetes import client
 
-from agent.logging import configure_logging
+from gpuhealth.core.clock import RealClock
+from gpuhealth.core.logging import configure_logging
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.drain_report import DrainReport
-from sim.clock import RealClock
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN, write_kubeconfig

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.logging import configure_logging
 from agent.loop import Agent
 from bench.agent_fleet import percentile
+from gpuhealth.core.logging import configure_logging
 
 FULL_NODES, QUICK_NODES = 50, 10
 FULL_INJECTIONS, QUICK_INJECTIONS = 200, 30

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.nvml_backend import NvmlBackend
-from agent.logging import configure_logging
+from gpuhealth.core.logging import configure_logging
 
 FULL_RUNS = 2000
 QUICK_RUNS = 200

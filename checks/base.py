@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 CheckFunction = Callable[[NodeSnapshot, ChecksConfig], list[Finding]]
 """A check: a pure function from one snapshot and the settings to its findings (no I/O)."""

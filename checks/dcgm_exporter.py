@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agent.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
 from checks.config import ChecksConfig
 from checks.dcgm import Grade, grade_from_value, health_finding
-from checks.findings import Finding
 from checks.memory import check_ecc, check_row_remap
 from checks.pcie import check_pcie
 from checks.xid import check_xid
+from gpuhealth.core.findings import Finding
+from gpuhealth.core.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
 
 CHECK = "dcgm_exporter"
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from checks.dcgm import Grade, diag_finding, grade_from_text, health_finding
-from checks.findings import Finding
+from gpuhealth.core.findings import Finding
 
 CHECK_HEALTH = "dcgm_health"
 

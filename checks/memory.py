@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from checks.base import gpu_finding
 from checks.config import ChecksConfig, EccConfig, RetiredPagesConfig, RowRemapConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 
 def check_ecc(snapshot: NodeSnapshot, config: ChecksConfig) -> list[Finding]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from agent.snapshot import GpuSnapshot, NodeSnapshot, NvLinkState
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, NvlinkConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, NvLinkState
 
 CHECK = "nvlink"
 

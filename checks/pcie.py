@@ -9,10 +9,10 @@ driver loaded; DCGM's limit is a rate (8 per minute), which a snapshot cannot se
 
 from __future__ import annotations
 
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, PcieConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 CHECK = "pcie"
 

@@ -4,10 +4,10 @@ on every node, hiding real warnings; it is a provisioning setting better checked
 
 from __future__ import annotations
 
-from agent.snapshot import NodeSnapshot
 from checks.base import gpu_finding
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import NodeSnapshot
 
 CHECK = "persistence"
 

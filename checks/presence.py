@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 CHECK = "presence"
 

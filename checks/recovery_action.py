@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.snapshot import NodeSnapshot
 from checks.base import gpu_label
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
 from checks.xid_catalogue import status_for_action
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import NodeSnapshot
 
 CHECK = "recovery_action"
 

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from agent.snapshot import NodeSnapshot
 from checks.base import CheckFunction
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status, Verdict
 from checks.memory import check_ecc, check_retired_pages, check_row_remap
 from checks.nvlink import check_nvlink
 from checks.pcie import check_pcie
@@ -19,6 +17,8 @@ from checks.presence import check_presence
 from checks.recovery_action import check_recovery_action
 from checks.thermal import check_thermal
 from checks.xid import check_xid
+from gpuhealth.core.findings import Action, Finding, Status, Verdict
+from gpuhealth.core.snapshot import NodeSnapshot
 
 log = structlog.get_logger(__name__)
 

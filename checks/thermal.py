@@ -9,10 +9,10 @@ cause, the finding is POWER_BRAKE alone rather than a thermal slowdown as well.
 
 from __future__ import annotations
 
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from checks.base import gpu_finding
 from checks.config import ChecksConfig, ThermalConfig
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 CHECK = "thermal"
 

@@ -27,12 +27,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agent.snapshot import NodeSnapshot, XidEvent, pci_key
 from checks.base import gpu_label
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding
 from checks.recovery_action import action_for_value, value_name
 from checks.xid_catalogue import lookup, status_for_action
+from gpuhealth.core.findings import Action, Finding
+from gpuhealth.core.snapshot import NodeSnapshot, XidEvent, pci_key
 
 CHECK = "xid"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from checks.findings import Action, Status
+from gpuhealth.core.findings import Action, Status
 
 
 class Bucket(StrEnum):

@@ -17,8 +17,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from aggregator.alerts.models import AlertView, Delivery, Silence, SilenceCreate
-from aggregator.models import (
+from gpuhealth.core.aggregator_api import (
     BreakerStatus,
     Event,
     FleetSummary,
@@ -32,7 +31,8 @@ from aggregator.models import (
     Report,
     ReportAck,
 )
-from checks.findings import Action
+from gpuhealth.core.alerts_api import AlertView, Delivery, Silence, SilenceCreate
+from gpuhealth.core.findings import Action
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from remediation.steps import ApplyReport, NodeFacts, Step
+from gpuhealth.core.steps import ApplyReport, NodeFacts, Step
 
 
 class NodeExecutor(Protocol):

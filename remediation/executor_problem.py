@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from agent.snapshot import NodeSnapshot
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import NodeSnapshot
 
 CODE = "EXECUTOR_FORBIDDEN"
 

@@ -10,7 +10,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
-from remediation.steps import NodeFacts
+from gpuhealth.core.steps import NodeFacts
 
 NodeT = TypeVar("NodeT")
 

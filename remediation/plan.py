@@ -42,10 +42,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.health import Incident, NodeHealth, NodeState
-from remediation.plan_memory import RemediationMemory, remember
-from remediation.recovery_plan import RecoveryRules, plan_recovery
-from remediation.steps import (
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.plan_memory import RemediationMemory, remember
+from gpuhealth.core.steps import (
     ConditionStatus,
     Cordon,
     Drain,
@@ -61,6 +60,7 @@ from remediation.steps import (
     Step,
     Uncordon,
 )
+from remediation.recovery_plan import RecoveryRules, plan_recovery
 
 __all__ = [
     "PlanResult",

@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from agent.health import Incident, NodeHealth, NodeState
-from checks.findings import Action
-from remediation.plan_memory import RemediationMemory
-from remediation.recovery_record import RecoveryPhase, RecoveryRecord
-from remediation.steps import (
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.plan_memory import RemediationMemory
+from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
+from gpuhealth.core.steps import (
     NodeFacts,
     Reboot,
     RequestPermit,

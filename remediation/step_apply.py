@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuhealth.core.steps import ApplyReport, Drain, Step, StepResult
 from remediation.forbidden_hold import ForbiddenHold
-from remediation.steps import ApplyReport, Drain, Step, StepResult
 
 Operation = Callable[[], str]
 

@@ -96,7 +96,7 @@ step "wall time of $SNAPSHOT_RUNS real snapshots"
 run_to timing "$OUT/real-snapshot-timing.json" "$PY" - "$SNAPSHOT_RUNS" <<'PYTHON'
 import json, statistics, sys, time
 from agent.backends.nvml_backend import NvmlBackend
-from agent.logging import configure_logging
+from gpuhealth.core.logging import configure_logging
 
 configure_logging("error")
 runs = int(sys.argv[1])
@@ -128,7 +128,7 @@ awk '$3 != "OK" {print "  " $1, $2, $3}' "$OUT/probe.txt"
 echo
 "$PY" - "$OUT/h200-real.json" "$OUT/xid-watch.jsonl" <<'PYTHON' || echo "(nothing to summarise: see the step outputs above)"
 import json, sys
-from agent.snapshot import NodeSnapshot
+from gpuhealth.core.snapshot import NodeSnapshot
 
 snapshot = NodeSnapshot.model_validate_json(open(sys.argv[1]).read())
 print(f"snapshot: {len(snapshot.gpus)} GPU(s), driver {snapshot.driver_version}, nvml_error={snapshot.nvml_error!r}")

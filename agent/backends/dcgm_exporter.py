@@ -24,11 +24,11 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.snapshot import NodeSnapshot
 from checks.config import ChecksConfig
 from checks.dcgm import unavailable_finding
 from checks.dcgm_exporter import CHECK, ExporterGpu, HealthWatch, exporter_findings
-from checks.findings import Finding
+from gpuhealth.core.findings import Finding
+from gpuhealth.core.snapshot import NodeSnapshot
 
 log = structlog.get_logger(__name__)
 

@@ -26,7 +26,6 @@ from typing import TypeVar
 
 import structlog
 
-from agent.snapshot import NodeSnapshot
 from checks.dcgm import unavailable_finding
 from checks.dcgmi import (
     CHECK_HEALTH,
@@ -38,7 +37,8 @@ from checks.dcgmi import (
     parse_diag,
     parse_health,
 )
-from checks.findings import Finding
+from gpuhealth.core.findings import Finding
+from gpuhealth.core.snapshot import NodeSnapshot
 
 log = structlog.get_logger(__name__)
 

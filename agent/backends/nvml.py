@@ -194,7 +194,8 @@ def nvml_text(value: object) -> str | None:
 
 
 if __name__ == "__main__":
-    # Lazy, so that importing the seam never imports its users (they import it).
-    from agent.backends.nvml_tool import main
+    # ``python -m agent.backends.nvml`` runs the hardware tool. Run by name, not imported: the tool uses this
+    # seam, so an import here would make the seam depend on its own user.
+    import runpy
 
-    raise SystemExit(main())
+    runpy.run_module("agent.backends.nvml_tool", run_name="__main__", alter_sys=True)

@@ -36,7 +36,8 @@ from agent.backends.nvml_reader import (
     read_details,
     read_identity,
 )
-from agent.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, pci_key, utc_now
+from gpuhealth.core.clock import utc_now
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, pci_key
 
 if TYPE_CHECKING:
     from agent.backends.xid_watcher import XidBuffer

@@ -1,9 +1,10 @@
 """Reading one GPU through NVML: every query independent, each failure turned into ``None``.
 
 :class:`GpuReader` asks NVML about one device handle and counts how it answered; :func:`read_identity`
-and :func:`read_details` turn the answers into a :class:`~agent.snapshot.GpuSnapshot`. Two answers stop
-the reading of a GPU instead of becoming ``None``: GPU_IS_LOST (:class:`GpuLost`) and UNINITIALIZED
-(:class:`NvmlUninitialised`, the driver was reloaded); :class:`agent.backends.nvml_backend.NvmlBackend`
+and :func:`read_details` turn the answers into a
+:class:`~gpuhealth.core.snapshot.GpuSnapshot`. Two answers stop the reading of a GPU instead of becoming
+``None``: GPU_IS_LOST (:class:`GpuLost`) and UNINITIALIZED (:class:`NvmlUninitialised`, the driver was
+reloaded); :class:`agent.backends.nvml_backend.NvmlBackend`
 handles both.
 """
 
@@ -51,7 +52,14 @@ from agent.backends.nvml import (
     error_name,
     nvml_text,
 )
-from agent.snapshot import EccCounters, GpuSnapshot, NvLinkState, PcieLink, RemappedRows, RetiredPages
+from gpuhealth.core.snapshot import (
+    EccCounters,
+    GpuSnapshot,
+    NvLinkState,
+    PcieLink,
+    RemappedRows,
+    RetiredPages,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -44,8 +44,8 @@ from agent.backends.nvml import (
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.nvml_reader import GpuLost, GpuReader, NvmlUninitialised, field_number, read_nvlink
 from agent.backends.xid_watcher import XidWatcher
-from agent.logging import configure_logging
-from agent.snapshot import XidEvent
+from gpuhealth.core.logging import configure_logging
+from gpuhealth.core.snapshot import XidEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,8 @@ from agent.backends.nvml import (
     real_library,
 )
 from agent.backends.nvml_reader import GpuLost, GpuReader, NvmlUninitialised, read_identity
-from agent.snapshot import XidEvent, utc_now
+from gpuhealth.core.clock import utc_now
+from gpuhealth.core.snapshot import XidEvent
 
 log = structlog.get_logger(__name__)
 

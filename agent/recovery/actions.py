@@ -1,7 +1,7 @@
 """What a node does when recovery acts on it: reset one GPU, ask for a reboot, withdraw the request, tell
 its boot id, validate its GPUs. :class:`NodeActions` is the seam; :class:`HostActions` is the real node
 (commands run without a shell, kured's sentinel file, the kernel's boot id, ``dcgmi diag``), and
-``agent.recovery.simulated.SimulatedNodeRecovery`` a simulated one for the demo and tests.
+``sim.simulated_recovery.SimulatedNodeRecovery`` a simulated one for the demo and tests.
 
 The NVML check that no process uses a GPU before its reset stays in ``agent.recovery.reset.GpuResetter``
 for both: it is a safety rule, not a way of acting.

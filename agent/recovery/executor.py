@@ -22,9 +22,7 @@ from agent.recovery.background import BackgroundValidation
 from agent.recovery.commands import CommandOutcome
 from agent.recovery.reset import GpuResetter
 from agent.recovery.validation import StoppableValidator
-from remediation.executor import NodeExecutor
-from remediation.recovery_plan import RecoveryRules, retry_delay_s
-from remediation.steps import (
+from gpuhealth.core.steps import (
     ApplyReport,
     NodeFacts,
     Reboot,
@@ -34,6 +32,8 @@ from remediation.steps import (
     Validate,
     WithdrawReboot,
 )
+from remediation.executor import NodeExecutor
+from remediation.recovery_plan import RecoveryRules, retry_delay_s
 
 log = structlog.get_logger(__name__)
 

@@ -9,10 +9,10 @@ raises the escalation alert when the next report arrives.
 from __future__ import annotations
 
 from agent.state_machine import HealthStateMachine
-from remediation.plan_memory import RemediationMemory
+from gpuhealth.core.plan_memory import RemediationMemory
+from gpuhealth.core.recovery_record import RecoveryPhase
+from gpuhealth.core.steps import ApplyReport
 from remediation.recovery_plan import RecoveryRules, record_results
-from remediation.recovery_record import RecoveryPhase
-from remediation.steps import ApplyReport
 
 
 def settle_recovery(

@@ -28,7 +28,7 @@ def with_recovery(
 
     ``actions`` is how the node resets a GPU, reboots and validates: by default the real commands and files
     of the settings (:class:`~agent.recovery.actions.HostActions`, which also takes a command runner);
-    a simulated node passes ``agent.recovery.simulated.SimulatedNodeRecovery``. ``wake`` is set when a
+    a simulated node passes ``sim.simulated_recovery.SimulatedNodeRecovery``. ``wake`` is set when a
     background validation ends, so the loop collects its outcome at once.
     """
     recovery = settings.recovery

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Path, Query, status
 
 from aggregator.alerts import outbox, silences
-from aggregator.alerts.models import AlertView, Delivery, Silence, SilenceCreate
 from aggregator.store.engine import Database
+from gpuhealth.core.alerts_api import AlertView, Delivery, Silence, SilenceCreate
 
 IdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
 

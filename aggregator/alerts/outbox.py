@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import Connection, and_, exists, or_, select, update
 from sqlalchemy.sql.expression import false
 
+from aggregator.alert_settings import SEVERITY_ORDER, RouteSettings
 from aggregator.alerts import raising
-from aggregator.alerts.config import SEVERITY_ORDER, RouteSettings
-from aggregator.alerts.models import Alert, AlertView, Delivery
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import insert_ignoring_conflict
 from aggregator.store.tables import alert_deliveries, alerts, nodes
+from gpuhealth.core.alerts_api import Alert, AlertView, Delivery
 
 ROUTE_BATCH = 500
 MAX_LISTED = 1000

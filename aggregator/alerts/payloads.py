@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aggregator.alerts.config import SinkSettings
-from aggregator.alerts.models import Alert
+from aggregator.alert_settings import SinkSettings
 from aggregator.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from gpuhealth.core.alerts_api import Alert
 
 SCHEMA = "gpuhealth.alert/v1"
 CLOUDEVENTS_SOURCE = "/gpuhealth/aggregator"

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select, update
 
-from aggregator.alerts.models import Silence, SilenceCreate
 from aggregator.store.tables import silences
+from gpuhealth.core.alerts_api import Silence, SilenceCreate
 
 
 class SilenceNotFound(LookupError):

@@ -19,8 +19,8 @@ import httpx
 import structlog
 from tenacity import RetryCallState, Retrying, wait_exponential
 
+from aggregator.alert_settings import SinkSettings
 from aggregator.alerts import outbox, payloads
-from aggregator.alerts.config import SinkSettings
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import Database
 

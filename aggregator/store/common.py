@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Connection, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
-from aggregator.models import Event
 from aggregator.store.tables import events
+from gpuhealth.core.aggregator_api import Event
 
 
 def insert_ignoring_conflict(conn: Connection, table: Table, values: dict[str, Any]) -> None:

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select, update
 
-from aggregator.models import DiagRequest, NodeRequest
 from aggregator.store.requests import UnknownNode, create
 from aggregator.store.tables import nodes
+from gpuhealth.core.aggregator_api import DiagRequest, NodeRequest
 
 
 def request_diag(conn: Connection, node: str, body: DiagRequest, now: datetime) -> NodeRequest:

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from aggregator.models import NodeRequest
 from aggregator.store.common import record_event
 from aggregator.store.tables import nodes, requests
+from gpuhealth.core.aggregator_api import NodeRequest
 
 
 class UnknownNode(LookupError):

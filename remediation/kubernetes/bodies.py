@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuhealth.core.steps import EmitEvent, SetCondition, SetTaint
 from remediation.kubernetes.names import (
     CONDITION_TYPE,
     CORDONED_ANNOTATION,
@@ -20,7 +21,6 @@ from remediation.kubernetes.names import (
     TAINT_KEY,
 )
 from remediation.kubernetes.node_view import JsonObject, our_condition, resource_version_of, taints_of
-from remediation.steps import EmitEvent, SetCondition, SetTaint
 
 
 def format_time(moment: datetime) -> str:

@@ -32,6 +32,7 @@ import urllib3.exceptions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpuhealth.core.clock import Clock
 from remediation.kubernetes.bodies import cordon_patch
 from remediation.kubernetes.drain_api import DrainApi
 from remediation.kubernetes.drain_policy import (
@@ -45,8 +46,8 @@ from remediation.kubernetes.drain_policy import (
 )
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
 from remediation.kubernetes.rest import JsonObject
-from remediation.kubernetes.retry import RetryPolicy, RetrySettings
-from sim.clock import Clock
+from remediation.kubernetes.retry import RetryPolicy
+from remediation.kubernetes.settings import RetrySettings
 
 log = structlog.get_logger(__name__)
 

@@ -24,14 +24,14 @@ import urllib3.exceptions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpuhealth.core.clock import Clock
 from remediation.background_drain import BackgroundDrain, DrainPhase, DrainUpdate
 from remediation.background_drain import DrainState as DrainStateBase
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy, JsonObject
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
+from remediation.kubernetes.requeue import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
 from remediation.kubernetes.requeue_api import Requeuer
-from remediation.requeue import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
-from sim.clock import Clock
 
 log = structlog.get_logger(__name__)
 

@@ -28,7 +28,22 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from agent.snapshot import utc_now
+from gpuhealth.core.clock import RealClock, utc_now
+from gpuhealth.core.steps import (
+    ApplyReport,
+    Cordon,
+    Drain,
+    EmitEvent,
+    NodeFacts,
+    RemoveTaint,
+    SetCondition,
+    SetIncidentAnnotation,
+    SetStateLabel,
+    SetTaint,
+    Step,
+    StepResult,
+    Uncordon,
+)
 from remediation.executor_common import ExecutorCommon
 from remediation.forbidden_hold import ForbiddenHold
 from remediation.kubernetes import bodies
@@ -44,24 +59,9 @@ from remediation.kubernetes.idle import gpu_pods
 from remediation.kubernetes.names import CORDONED_ANNOTATION
 from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
 from remediation.kubernetes.node_watch import NodeWatch
-from remediation.kubernetes.retry import Failure, RetryPolicy, RetrySettings
+from remediation.kubernetes.retry import Failure, RetryPolicy
+from remediation.kubernetes.settings import RetrySettings
 from remediation.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
-from remediation.steps import (
-    ApplyReport,
-    Cordon,
-    Drain,
-    EmitEvent,
-    NodeFacts,
-    RemoveTaint,
-    SetCondition,
-    SetIncidentAnnotation,
-    SetStateLabel,
-    SetTaint,
-    Step,
-    StepResult,
-    Uncordon,
-)
-from sim.clock import RealClock
 
 log = structlog.get_logger(__name__)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from gpuhealth.core.steps import ConditionStatus, NodeFacts, TaintEffect
 from remediation.kubernetes.names import (
     CONDITION_TYPE,
     CORDONED_ANNOTATION,
@@ -16,7 +17,6 @@ from remediation.kubernetes.names import (
     STATE_LABEL,
     TAINT_KEY,
 )
-from remediation.steps import ConditionStatus, NodeFacts, TaintEffect
 
 JsonObject = dict[str, Any]
 

@@ -16,8 +16,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediation.kubernetes.rest import JSON, MERGE_PATCH, JsonObject, RestClient
-from remediation.requeue import (
+from gpuhealth.core.clock import Clock
+from remediation.kubernetes.requeue import (
     PYTORCH_JOB_NAME_LABEL,
     Decision,
     KindMode,
@@ -50,7 +50,7 @@ from remediation.requeue import (
     volcano_command,
     workload_of,
 )
-from sim.clock import Clock
+from remediation.kubernetes.rest import JSON, MERGE_PATCH, JsonObject, RestClient
 
 log = structlog.get_logger(__name__)
 

@@ -15,8 +15,8 @@ from agent.backends.nvml import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
-from remediation.kubernetes import CORDONED_ANNOTATION, STATE_LABEL, TAINT_KEY
-from sim.clock import RealClock
+from gpuhealth.core.clock import RealClock
+from remediation.kubernetes.names import CORDONED_ANNOTATION, STATE_LABEL, TAINT_KEY
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN

@@ -2,7 +2,8 @@
 
 A scenario names a fleet (size, GPUs, the aggregator's and the agents' knobs), the workloads to start, a
 timeline of injected faults and the expectations checked while it plays. docs/scenarios.md documents every
-field; ``docs/schemas/scenario.v1.json`` is generated from these models (``python -m agent.schemas --write``).
+field; ``docs/schemas/scenario.v1.json`` is generated from these models
+(``python -m gpuhealth.schemas --write``).
 """
 
 from __future__ import annotations

@@ -23,9 +23,17 @@ from agent.backends.nvml import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
-from remediation.nomad_facts import DRAINED, INCIDENT, INELIGIBLE, INELIGIBLE_BY, OWNER, QUARANTINE, STATE
-from remediation.nomad_settings import NomadRetrySettings, NomadSettings
-from sim.clock import RealClock
+from gpuhealth.core.clock import RealClock
+from remediation.nomad.node_view import (
+    DRAINED,
+    INCIDENT,
+    INELIGIBLE,
+    INELIGIBLE_BY,
+    OWNER,
+    QUARANTINE,
+    STATE,
+)
+from remediation.nomad.settings import NomadRetrySettings, NomadSettings
 from sim.nomad.errors import NomadApiError
 from sim.nomad.harness import NomadSim
 from sim.nomad.model import node_names

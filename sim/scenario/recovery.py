@@ -1,5 +1,5 @@
 """Recovery on a simulated node: the agent's ``recovery`` settings from the scenario's knobs, and the
-simulated reset / reboot / validation (``agent.recovery.simulated``) that stands in for the node's commands.
+simulated reset / reboot / validation (``sim.simulated_recovery``) that stands in for the node's commands.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from agent.backends.fake_nvml import FakeNvml
 from agent.backends.nvml import NvmlLibrary
 from agent.recovery.actions import NodeActions
 from agent.recovery.settings import RebootSettings, RecoverySettings, ValidationSettings
-from agent.recovery.simulated import SimulatedNodeRecovery
 from agent.settings import AgentSettings
 from sim.scenario.model import AgentKnobs
+from sim.simulated_recovery import SimulatedNodeRecovery
 
 # A simulated node takes this long to reboot: long enough that the live view shows it "rebooting".
 SIMULATED_REBOOT_S = 1.0

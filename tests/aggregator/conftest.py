@@ -21,7 +21,7 @@ import yaml
 
 from aggregator.app import create_app
 from aggregator.settings import AggregatorSettings, load_settings
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from tests.aggregator.builders import TOKEN
 from tests.aggregator.postgres import PostgresServer, PostgresUnavailable, free_port
 

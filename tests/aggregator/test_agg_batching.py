@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import event
 
 from aggregator.batching import ReportWriter
-from aggregator.models import Report
+from aggregator.queries import node_list
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
-from aggregator.store.queries import node_list
-from sim.clock import ManualClock
+from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.clock import ManualClock
 from tests.aggregator.builders import TOKEN, report
 
 

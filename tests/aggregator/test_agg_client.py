@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.models import Report
-from checks.findings import Action
+from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.findings import Action
 from remediation.aggregator_client import (
     AggregatorClient,
     AggregatorUnreachable,

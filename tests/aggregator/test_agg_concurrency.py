@@ -9,12 +9,12 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from agent.snapshot import utc_now
-from aggregator.models import Report
+from aggregator.ingest import ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import open_database
-from aggregator.store.reports import ingest_report
 from aggregator.store.tables import events, permits
+from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.clock import utc_now
 from tests.aggregator.builders import AUTH, TOKEN, report
 from tests.aggregator.conftest import StartAggregator
 

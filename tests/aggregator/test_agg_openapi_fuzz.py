@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from agent.snapshot import utc_now
 from aggregator.app import create_app
-from aggregator.models import Report
+from aggregator.ingest import ingest_report
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
-from aggregator.store.reports import ingest_report
+from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.clock import utc_now
 from tests.aggregator.builders import AUTH, TOKEN, report
 
 _DB = Path(tempfile.mkdtemp(prefix="gpuhealth-fuzz-")) / "aggregator.db"

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from tests.aggregator.builders import AUTH, report
 from tests.aggregator.conftest import MakeClient
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from tests.aggregator.builders import AUTH, report
 from tests.aggregator.conftest import MakeClient
 

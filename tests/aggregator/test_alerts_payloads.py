@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from aggregator.alerts.config import SinkSettings
-from aggregator.alerts.models import Alert
+from aggregator.alert_settings import SinkSettings
 from aggregator.alerts.payloads import build
 from aggregator.alerts.signing import SignatureError, sign, verify
+from gpuhealth.core.alerts_api import Alert
 
 NOW = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 DOCS = Path(__file__).parents[2] / "docs" / "alerts.md"

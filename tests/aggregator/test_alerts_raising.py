@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from aggregator.alerts.models import Alert
 from aggregator.alerts.outbox import sinks_for
 from aggregator.settings import SettingsError, load_settings
-from sim.clock import ManualClock
+from gpuhealth.core.alerts_api import Alert
+from gpuhealth.core.clock import ManualClock
 from tests.aggregator.builders import AUTH, TOKEN, report
 from tests.aggregator.conftest import MakeClient
 

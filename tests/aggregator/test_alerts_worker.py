@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aggregator.alerts.config import SinkSettings
+from aggregator.alert_settings import SinkSettings
 from aggregator.alerts.worker import TokenBucket, backoff_s
 
 

@@ -7,7 +7,7 @@ import sys
 
 import httpx
 
-_MAIN = "import sys; from agent.cli.main import main; sys.exit(main(sys.argv[1:]))"
+_MAIN = "import sys; from gpuhealth.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def test_sim_nomad_prints_address_and_token_serves_and_stops_on_sigterm() -> None:

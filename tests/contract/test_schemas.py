@@ -8,14 +8,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from agent.schemas import SCHEMA_DIR, generated_schemas, render
+from gpuhealth.schemas import SCHEMA_DIR, generated_schemas, render
 
 SNAPSHOTS = sorted((Path(__file__).parent.parent / "fixtures" / "snapshots").glob("*.json"))
 
 
 @pytest.mark.parametrize("name", sorted(generated_schemas()))
 def test_committed_schema_matches_the_models(name: str) -> None:
-    """Regenerate with `python -m agent.schemas --write` after a deliberate model change."""
+    """Regenerate with `python -m gpuhealth.schemas --write` after a deliberate model change."""
     committed = (SCHEMA_DIR / name).read_text(encoding="utf-8")
     assert committed == render(generated_schemas()[name]), f"docs/schemas/{name} is stale"
 

@@ -26,7 +26,7 @@ from agent.http import AgentHttpServer
 from agent.settings import AgentSettings, load_settings
 from aggregator.settings import AggregatorSettings
 from aggregator.settings import load_settings as load_aggregator_settings
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from tests.deploy.nomad_hcl import (
     AGENT_JOB,
     AGENT_POLICY,

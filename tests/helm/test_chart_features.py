@@ -22,8 +22,8 @@ from agent.diagnostics_settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
 from agent.settings import AgentSettings, AggregatorLinkSettings, aggregator_token, load_settings
 from remediation.kubernetes.drain_policy import DrainPolicy
+from remediation.kubernetes.requeue import RequeuePolicy
 from remediation.plan import RemediationPolicy
-from remediation.requeue import RequeuePolicy
 from tests.helm.conftest import CHART_DIR, NAMESPACE, Manifest, Render, one
 from tests.helm.test_chart import DRAIN_GRANTS, MINIMAL_GRANTS, granted
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from remediation.kubernetes import KubernetesExecutor, RetrySettings
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from remediation.kubernetes.executor import KubernetesExecutor
+from remediation.kubernetes.settings import RetrySettings
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim
 

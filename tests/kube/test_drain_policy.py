@@ -8,11 +8,11 @@ import pydantic
 import pytest
 from kubernetes import client
 
+from gpuhealth.core.clock import ManualClock
 from remediation.kubernetes.drain import Drainer, DrainInputError
 from remediation.kubernetes.drain_policy import DrainMode, DrainPolicy, ModeRule, Verdict, decide
+from remediation.kubernetes.requeue import KindMode, RequeuePolicy
 from remediation.kubernetes.requeue_api import Requeuer
-from remediation.requeue import KindMode, RequeuePolicy
-from sim.clock import ManualClock
 
 
 def pod(

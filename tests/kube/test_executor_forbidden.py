@@ -16,12 +16,12 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
-from checks.findings import Status
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.findings import Status
+from gpuhealth.core.steps import SetCondition, SetStateLabel, SetTaint
 from remediation.executor_problem import CODE, ExecutorProblemFindings
-from remediation.kubernetes import KubernetesExecutor
 from remediation.kubernetes.errors import refusal_of
-from remediation.steps import SetCondition, SetStateLabel, SetTaint
-from sim.clock import ManualClock
+from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN
 

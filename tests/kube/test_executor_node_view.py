@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from remediation.kubernetes import node_facts
-from remediation.steps import NodeFacts
+from gpuhealth.core.steps import NodeFacts
+from remediation.kubernetes.node_view import node_facts
 from sim.kube.fleet import gpu_node
 
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from remediation.kubernetes import KubernetesExecutor, RetrySettings
-from remediation.steps import EmitEvent, SetCondition, SetStateLabel, SetTaint, Step
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import EmitEvent, SetCondition, SetStateLabel, SetTaint, Step
+from remediation.kubernetes.executor import KubernetesExecutor
+from remediation.kubernetes.settings import RetrySettings
 from sim.kube.harness import KubeSim
 
 StoredNode = Callable[..., dict[str, Any]]

@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes import client
 
-from remediation.kubernetes import KubernetesExecutor
-from remediation.steps import (
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import (
     Cordon,
     EmitEvent,
     RemoveTaint,
@@ -23,7 +23,7 @@ from remediation.steps import (
     Step,
     Uncordon,
 )
-from sim.clock import ManualClock
+from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.harness import KubeSim
 
 NODE = "gpu-node-0"

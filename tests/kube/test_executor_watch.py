@@ -12,9 +12,10 @@ import pytest
 from kubernetes import client
 from structlog.testing import capture_logs
 
-from remediation.kubernetes import KubeExecutorError, KubernetesExecutor, executor_from_kubeconfig
-from remediation.steps import Cordon, SetCondition, SetStateLabel, SetTaint
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import Cordon, SetCondition, SetStateLabel, SetTaint
+from remediation.kubernetes.errors import KubeExecutorError
+from remediation.kubernetes.executor import KubernetesExecutor, executor_from_kubeconfig
 from sim.kube.harness import KubeSim
 
 NODE = "gpu-node-0"

@@ -1,4 +1,4 @@
-"""Pure requeue decisions (remediation/requeue.py): owner chains, kinds, each kind's own failure policy, modes.
+"""Pure requeue decisions (remediation/kubernetes/requeue.py): owner chains, kinds, each kind's own failure policy, modes.
 
 The table follows the operators' documented semantics: Job ``podFailurePolicy`` (kubernetes.io, "Handling
 retriable and non-retriable pod failures with Pod failure policy"), JobSet ``failurePolicy``
@@ -13,7 +13,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from remediation.requeue import (
+from gpuhealth.core.clock import ManualClock
+from remediation.kubernetes.requeue import (
     EVENT_REASON,
     REQUEUED_ANNOTATION,
     Decision,
@@ -37,7 +38,6 @@ from remediation.requeue import (
     volcano_command,
     workload_of,
 )
-from sim.clock import ManualClock
 
 NS = "train"
 DISRUPTION_RULE = {"onPodConditions": [{"type": "DisruptionTarget"}]}
@@ -439,7 +439,7 @@ def test_a_restart_counts_for_the_same_fault_only_within_the_window() -> None:
     """requeued-at within the window names the incident; outside it, unreadable or absent -> no."""
     from datetime import UTC, datetime, timedelta
 
-    from remediation.requeue import REQUEUED_ANNOTATION, REQUEUED_AT_ANNOTATION, requeued_within
+    from remediation.kubernetes.requeue import REQUEUED_ANNOTATION, REQUEUED_AT_ANNOTATION, requeued_within
 
     now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -14,9 +14,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from gpuhealth.core.clock import RealClock
+from remediation.kubernetes.requeue import (
+    EVENT_REASON,
+    REQUEUED_ANNOTATION,
+    RequeueAction,
+    RequeuePolicy,
+    Result,
+)
 from remediation.kubernetes.requeue_api import Requeuer
-from remediation.requeue import EVENT_REASON, REQUEUED_ANNOTATION, RequeueAction, RequeuePolicy, Result
-from sim.clock import RealClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from remediation.kubernetes.requeue_api import RequeueApi, Requeuer, WriteConflict
-from remediation.requeue import (
+from gpuhealth.core.clock import ManualClock
+from remediation.kubernetes.requeue import (
     EVENT_REASON,
     REQUEUED_ANNOTATION,
     KindMode,
@@ -24,7 +24,7 @@ from remediation.requeue import (
     Result,
     ref_of,
 )
-from sim.clock import ManualClock
+from remediation.kubernetes.requeue_api import RequeueApi, Requeuer, WriteConflict
 from sim.kube.harness import KubeSim, running_kube_sim
 from sim.kube.workload_crds import WORKLOAD_CRDS
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from remediation.nomad_connect import connect_nomad_executor
-from remediation.nomad_executor import NomadExecutor
-from remediation.nomad_settings import NomadRetrySettings, NomadSettings
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from remediation.nomad.connect import connect_nomad_executor
+from remediation.nomad.executor import NomadExecutor
+from remediation.nomad.settings import NomadRetrySettings, NomadSettings
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 NODE = "gpu-node-0"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from agent.cli.agent_cmd import EXIT_STARTUP_FAILED
-from agent.cli.main import main
+from gpuhealth.cli.agent_cmd import EXIT_STARTUP_FAILED
+from gpuhealth.cli.main import main
 from sim.nomad.harness import running_nomad_sim
 
 
@@ -98,6 +98,6 @@ def test_a_nomad_agent_that_is_not_a_client_stops_the_agent_with_one_line(
 
 def test_setup_errors_are_nomad_errors_not_os_errors() -> None:
     """The agent catches NomadConfigError by name; it must not pass for an OSError (caught by accident)."""
-    from remediation.nomad_errors import NomadConfigError, NomadError
+    from remediation.nomad.errors import NomadConfigError, NomadError
 
     assert issubclass(NomadConfigError, NomadError) and not issubclass(NomadConfigError, OSError)

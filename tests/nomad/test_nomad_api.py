@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from remediation.nomad import NomadApi, client_options
-from remediation.nomad_errors import NomadConfigError
-from remediation.nomad_settings import NomadSettings, NomadTlsSettings, nomad_token
+from remediation.nomad.api import NomadApi, client_options
+from remediation.nomad.errors import NomadConfigError
+from remediation.nomad.settings import NomadSettings, NomadTlsSettings, nomad_token
 
 
 def test_tls_files_and_verification_reach_the_client(tmp_path: Path) -> None:
@@ -80,8 +80,8 @@ def test_an_unreadable_token_file_names_the_file_not_a_token(tmp_path: Path) -> 
 
 def test_no_nomad_agent_to_ask_is_one_clear_line() -> None:
     """Nothing listens at the address: the executor cannot learn its node, and says so in one line."""
-    from remediation.nomad_connect import connect_nomad_executor
-    from remediation.nomad_settings import NomadRetrySettings
+    from remediation.nomad.connect import connect_nomad_executor
+    from remediation.nomad.settings import NomadRetrySettings
 
     settings = NomadSettings(address="http://127.0.0.1:9", retry=NomadRetrySettings(attempts=1))
     with pytest.raises(NomadConfigError) as raised:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from remediation.nomad_drain import NomadDrainSetup
-from remediation.nomad_executor import NomadExecutor
-from remediation.steps import Drain, RemoveTaint, SetIncidentAnnotation, SetTaint
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import Drain, RemoveTaint, SetIncidentAnnotation, SetTaint
+from remediation.nomad.drain import NomadDrainSetup
+from remediation.nomad.executor import NomadExecutor
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 INCIDENT = "inc-gpu-node-0-1"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from remediation.nomad_executor import NomadExecutor
-from remediation.steps import SetStateLabel, SetTaint
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import SetStateLabel, SetTaint
+from remediation.nomad.executor import NomadExecutor
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 AGENT_RULES = """

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from remediation.nomad_executor import NomadExecutor
-from remediation.steps import (
+from gpuhealth.core.steps import (
     Cordon,
     EmitEvent,
     RemoveTaint,
@@ -17,6 +16,7 @@ from remediation.steps import (
     SetUnhealthyGpus,
     Uncordon,
 )
+from remediation.nomad.executor import NomadExecutor
 
 NODE = "gpu-node-0"
 HANG_GUARD_S = 5.0

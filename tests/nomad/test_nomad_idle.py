@@ -14,14 +14,14 @@ from agent.backends.dcgmi import DiagRun
 from agent.diagnostics import DiagnosticsRunner, IdleProbe
 from agent.diagnostics_order import DiagOrder
 from agent.diagnostics_settings import DiagnosticsSettings
-from agent.health import NodeHealth, NodeState
-from agent.snapshot import NodeSnapshot
 from agent.state_machine import DebounceConfig, HealthStateMachine
 from checks.dcgmi import parse_diag
-from checks.findings import Verdict
-from remediation.nomad_executor import NomadExecutor
-from remediation.nomad_idle import gpu_allocations, is_gpu_device_name
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.findings import Verdict
+from gpuhealth.core.health import NodeHealth, NodeState
+from gpuhealth.core.snapshot import NodeSnapshot
+from remediation.nomad.executor import NomadExecutor
+from remediation.nomad.idle import gpu_allocations, is_gpu_device_name
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 HANG_GUARD_S = 10.0

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.health import Incident, NodeHealth, NodeState
-from checks.findings import Action
-from remediation.nomad_facts import node_facts
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.steps import NodeFacts, SetUnhealthyGpus
+from remediation.nomad.node_view import node_facts
 from remediation.plan import RemediationMemory, RemediationPolicy, plan
-from remediation.steps import NodeFacts, SetUnhealthyGpus
 
 NOW = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 

@@ -18,18 +18,17 @@ import pytest
 from live_aggregator import LiveAggregator
 
 from agent.backends.fake_nvml import FakeNvml
-from agent.health import NodeState
 from agent.loop import Agent, TickResult
 from agent.recovery.settings import RecoverySettings, ValidationSettings
-from agent.recovery.simulated import SimulatedNodeRecovery
 from agent.settings import AgentSettings, HttpSettings
-from agent.snapshot import utc_now
 from agent.wiring import build_agent
-from checks.findings import Action
+from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import NodeState
+from gpuhealth.core.steps import Reboot, Validate
 from remediation.plan import RemediationPolicy
-from remediation.steps import Reboot, Validate
-from sim.clock import ManualClock, RealClock
 from sim.nomad.harness import NomadSim, running_nomad_sim
+from sim.simulated_recovery import SimulatedNodeRecovery
 
 TOKEN = "nomad-recovery-token"
 NODE = "gpu-node-0"

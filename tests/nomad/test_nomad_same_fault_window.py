@@ -1,12 +1,12 @@
 """The same-fault window's marker on Nomad: a job's replacement chain says whether it was just restarted as
-a whole (``remediation.nomad_requeue.restarted_within``). Allocations are shaped like Nomad's
+a whole (``remediation.nomad.requeue.restarted_within``). Allocations are shaped like Nomad's
 ``AllocListStub`` (``NextAllocation`` on the replaced one, ``CreateTime`` in nanoseconds)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from remediation.nomad_requeue import restarted_within
+from remediation.nomad.requeue import restarted_within
 
 S = 1_000_000_000
 NOW = 1_800_000_000 * S

@@ -7,11 +7,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.snapshot import SNAPSHOT_SCHEMA, GpuSnapshot, NodeSnapshot
-from checks.findings import Status
 from checks.presence import TELEMETRY_FIELDS
 from checks.runner import run_checks
 from checks.xid_catalogue import CATALOGUE, status_for_action
+from gpuhealth.core.findings import Status
+from gpuhealth.core.snapshot import SNAPSHOT_SCHEMA, GpuSnapshot, NodeSnapshot
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIGHT = settings(SETTINGS, max_examples=60)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuhealth.core.clock import ManualClock
 from sim.aggregator_process import AggregatorServer, free_port
-from sim.clock import ManualClock
 
 __all__ = ["LiveAggregator", "free_port"]
 

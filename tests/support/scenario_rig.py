@@ -20,9 +20,10 @@ from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
-from remediation.kubernetes import KubernetesExecutor, RetrySettings
+from gpuhealth.core.clock import ManualClock
+from remediation.kubernetes.executor import KubernetesExecutor
+from remediation.kubernetes.settings import RetrySettings
 from remediation.plan import RemediationPolicy
-from sim.clock import ManualClock
 from sim.kube.harness import KubeSim
 
 NODE = "gpu-node-0"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent.backends.dcgm_exporter import UNAVAILABLE_CODE, ExporterSource
-from agent.snapshot import NodeSnapshot
-from checks.findings import Status
+from gpuhealth.core.findings import Status
+from gpuhealth.core.snapshot import NodeSnapshot
 
 PAGE = (
     Path(__file__).parents[1] / "fixtures" / "dcgm" / "exporter-3.3.5-3.4.1-faults-pods.prom"

@@ -14,10 +14,10 @@ from agent.backends.dcgm_exporter import (
     is_blank,
     parse_metrics,
 )
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from checks.config import ChecksConfig
 from checks.dcgm import merge_findings
-from checks.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent.backends.dcgmi import UNAVAILABLE_CODE, DcgmiError, DcgmiHealthSource, run_diag, run_health
-from agent.snapshot import GpuSnapshot, NodeSnapshot
-from checks.findings import Action, Status
+from gpuhealth.core.findings import Action, Status
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
 

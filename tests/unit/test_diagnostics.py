@@ -15,13 +15,13 @@ from agent.diagnostics import DiagnosticsRunner, spread_s
 from agent.diagnostics_order import DiagOrder
 from agent.diagnostics_settings import DiagnosticsSettings
 from agent.diagnostics_state import DiagnosticsState, DiagnosticsStore, RunningDiag
-from agent.health import NodeHealth, NodeState
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from agent.state_machine import AgentState, DebounceConfig, HealthStateMachine
-from checks.findings import Status, Verdict
-from remediation.plan_memory import RemediationMemory
-from remediation.steps import ApplyReport, SetTaint, StepResult
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.findings import Status, Verdict
+from gpuhealth.core.health import NodeHealth, NodeState
+from gpuhealth.core.plan_memory import RemediationMemory
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from gpuhealth.core.steps import ApplyReport, SetTaint, StepResult
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
 NODE = "gpu-node-03"

@@ -23,10 +23,10 @@ from agent.recovery.settings import RecoverySettings
 from agent.recovery.validation import DcgmiValidator
 from agent.settings import AgentSettings, HttpSettings
 from agent.wiring import build_agent
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import ApplyReport, NodeFacts, Step, StepResult, Validate
 from remediation.plan import facts_after
 from remediation.recovery_plan import RecoveryRules
-from remediation.steps import ApplyReport, NodeFacts, Step, StepResult, Validate
-from sim.clock import ManualClock
 
 NODE = "gpu-node-0"
 HANG_GUARD_S = 10.0

@@ -28,8 +28,8 @@ from agent.backends.kernel_log import (
     parse_xid_line,
     read_kernel_log,
 )
-from agent.snapshot import GpuSnapshot, NodeSnapshot, XidEvent
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "kernel_logs"
 # The yearless fixtures (classic syslog, journalctl short) are read as this year.

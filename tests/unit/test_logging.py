@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from agent.logging import configure_logging
+from gpuhealth.core.logging import configure_logging
 
 
 @pytest.fixture(autouse=True)

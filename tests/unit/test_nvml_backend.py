@@ -19,7 +19,7 @@ from agent.backends.nvml import NvmlBackendError, NvmlSettingError
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.nvml_tool import main
 from agent.backends.xid_watcher import XidBuffer
-from agent.snapshot import NodeSnapshot, XidEvent
+from gpuhealth.core.snapshot import NodeSnapshot, XidEvent
 
 FIXED_TIME = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 

@@ -13,9 +13,9 @@ import pytest
 from agent.backends.dcgm_exporter import findings_for_page, host_of, parse_metrics
 from agent.backends.kernel_log import parse_kernel_log, parse_sxid_line
 from agent.backends.kernel_log.fallen_off import MESSAGE as FALLEN_OFF_MESSAGE
-from agent.cli.main import main
 from checks.config import ChecksConfig
 from checks.dcgmi import DcgmiOutputError, parse_diag
+from gpuhealth.cli.main import main
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 SNAPSHOT = Path(__file__).parents[1] / "fixtures" / "snapshots" / "h100-sxm-healthy.json"

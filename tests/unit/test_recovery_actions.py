@@ -17,11 +17,11 @@ from agent.recovery.commands import CommandOutcome
 from agent.recovery.executor import LocalRecovery, LocalRecoveryParts
 from agent.recovery.reset import GpuResetter, GpuTarget
 from agent.recovery.settings import RebootSettings, RecoverySettings
-from agent.recovery.simulated import SimulatedNodeRecovery
 from agent.recovery.validation import ValidationOutcome
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import Reboot, Reset, Validate, WithdrawReboot
 from remediation.recovery_plan import RecoveryRules
-from remediation.steps import Reboot, Reset, Validate, WithdrawReboot
-from sim.clock import ManualClock
+from sim.simulated_recovery import SimulatedNodeRecovery
 
 HANG_GUARD_S = 10.0
 INCIDENT = "inc-1"

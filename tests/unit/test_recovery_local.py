@@ -20,8 +20,7 @@ from agent.recovery.reset import GpuResetter
 from agent.recovery.settings import RebootSettings, RecoverySettings
 from agent.recovery.validation import DcgmiValidator, ReadingsOnly
 from checks.dcgmi import parse_diag
-from remediation.recovery_plan import RecoveryRules
-from remediation.steps import (
+from gpuhealth.core.steps import (
     ApplyReport,
     NodeFacts,
     Reboot,
@@ -32,6 +31,7 @@ from remediation.steps import (
     StepResult,
     Validate,
 )
+from remediation.recovery_plan import RecoveryRules
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
 TIMEOUT_S = 10.0

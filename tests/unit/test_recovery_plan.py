@@ -8,12 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.health import Incident, NodeHealth, NodeState
-from checks.findings import Action
-from remediation.plan import RemediationMemory, RemediationPolicy, plan
-from remediation.recovery_plan import RecoveryRules, record_results
-from remediation.recovery_record import RecoveryPhase, RecoveryRecord
-from remediation.steps import (
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
+from gpuhealth.core.steps import (
     Drain,
     NodeFacts,
     Reboot,
@@ -24,6 +22,8 @@ from remediation.steps import (
     StepResult,
     Validate,
 )
+from remediation.plan import RemediationMemory, RemediationPolicy, plan
+from remediation.recovery_plan import RecoveryRules, record_results
 
 STARTED = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 INCIDENT = "inc-gpu-node-0-20261202T140000Z-ab12"

@@ -8,13 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.health import Incident, NodeHealth, NodeState
 from agent.recovery.settings import RebootSettings, RecoverySettings
-from checks.findings import Action
-from remediation.plan import PlanResult, RemediationMemory, RemediationPolicy, plan
-from remediation.recovery_plan import RecoveryRules, record_results, retry_delay_s
-from remediation.recovery_record import RecoveryPhase, RecoveryRecord
-from remediation.steps import (
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
+from gpuhealth.core.steps import (
     NodeFacts,
     Reboot,
     RequestPermit,
@@ -24,6 +22,8 @@ from remediation.steps import (
     Validate,
     WithdrawReboot,
 )
+from remediation.plan import PlanResult, RemediationMemory, RemediationPolicy, plan
+from remediation.recovery_plan import RecoveryRules, record_results, retry_delay_s
 
 T0 = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 INCIDENT = "inc-gpu-node-0-20261202T140000Z-ab12"

@@ -13,9 +13,9 @@ from agent.recovery.executor import LocalRecovery, LocalRecoveryParts
 from agent.recovery.reset import GpuResetter
 from agent.recovery.settings import RecoverySettings, ValidationSettings
 from agent.recovery.validation import ValidationOutcome
+from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
+from gpuhealth.core.steps import StepResult, Validate
 from remediation.recovery_plan import RecoveryRules, plan_recovery, record_results
-from remediation.recovery_record import RecoveryPhase, RecoveryRecord
-from remediation.steps import StepResult, Validate
 from tests.unit.test_recovery_plan import DRAIN_DONE, DRAINED, INCIDENT, health
 
 HANG_GUARD_S = 10.0

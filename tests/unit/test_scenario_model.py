@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.schemas import SCHEMA_DIR, generated_schemas, render
+from gpuhealth.schemas import SCHEMA_DIR, generated_schemas, render
 from sim.scenario.loader import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
 from sim.scenario.model import Scenario
 from sim.scenario.timeline import expand

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agent.backends.replay import SnapshotError, load_snapshot, parse_snapshot
-from agent.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot, pci_key
+from gpuhealth.core.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot, pci_key
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "snapshots" / "contracts-example.json"
 

@@ -20,7 +20,7 @@ from agent.backends.nvml import NvmlBackendError, NvmlSettingError, NvmlUnavaila
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.nvml_tool import main
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
-from agent.snapshot import XidEvent
+from gpuhealth.core.snapshot import XidEvent
 
 pytestmark = pytest.mark.timeout(30)  # hang guard only; each test takes well under a second
 

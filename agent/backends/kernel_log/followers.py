@@ -23,8 +23,8 @@ from agent.backends.kernel_log.errors import KernelLogError
 from agent.backends.kernel_log.journal import parse_journal_json_line
 from agent.backends.kernel_log.kmsg import parse_kmsg_record
 from agent.backends.kernel_log.text_lines import parse_text_line
-from agent.snapshot import XidEvent
-from sim.clock import Clock, RealClock
+from gpuhealth.core.clock import Clock, RealClock
+from gpuhealth.core.snapshot import XidEvent
 
 log = structlog.get_logger(__name__)
 

@@ -14,7 +14,7 @@ from agent.backends.kernel_log.fallen_off import fallen_off_bus_events
 from agent.backends.kernel_log.journal import decode_json_object, parse_journal_entry
 from agent.backends.kernel_log.kmsg import parse_kmsg_record
 from agent.backends.kernel_log.text_lines import parse_text_line
-from agent.snapshot import XidEvent
+from gpuhealth.core.snapshot import XidEvent
 
 _GZIP_MAGIC = b"\x1f\x8b"
 

@@ -2,7 +2,7 @@
 
 ``nvidia-nvswitch3: SXid (PCI:0000:06:00.0): 12028, Non-fatal, Link 44 ...`` reports an error of an
 NVSwitch chip on the baseboard, not of a GPU: its PCI address is the switch's, so it must never become a
-GPU :class:`~agent.snapshot.XidEvent`. This optional type lets a later check look at fabric errors.
+GPU :class:`~gpuhealth.core.snapshot.XidEvent`. This optional type lets a later check look at fabric errors.
 """
 
 from __future__ import annotations

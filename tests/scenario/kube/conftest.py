@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from scenario_rig import GpuNode
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim
 

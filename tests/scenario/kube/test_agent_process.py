@@ -42,7 +42,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = START_TIMEOUT_S) ->
 def gpuhealth(*args: str, env: dict[str, str] | None = None, stderr: Path) -> subprocess.Popen[bytes]:
     with stderr.open("wb") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", "agent.cli.main", *args],
+            [sys.executable, "-m", "gpuhealth.cli.main", *args],
             stdout=subprocess.DEVNULL,
             stderr=sink,
             env=env,

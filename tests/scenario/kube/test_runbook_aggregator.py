@@ -16,10 +16,10 @@ from scenario_rig import NODE, GpuNode, eventually
 
 from agent.aggregator_link import AggregatorLink
 from agent.loop import TickResult
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.steps import Drain
 from remediation.aggregator_client import AggregatorClient
 from remediation.plan import RemediationPolicy
-from remediation.steps import Drain
-from sim.clock import ManualClock
 
 TOKEN = "scenario-token"
 HANG_GUARD_S = 10.0

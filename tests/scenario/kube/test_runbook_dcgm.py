@@ -14,11 +14,11 @@ from live_aggregator import LiveAggregator
 from scenario_rig import NODE, GpuNode
 
 from agent.aggregator_link import AggregatorLink
-from agent.health import NodeState
 from agent.state_machine import DebounceConfig
-from checks.findings import Status
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.findings import Status
+from gpuhealth.core.health import NodeState
 from remediation.aggregator_client import AggregatorClient
-from sim.clock import ManualClock
 from tests.aggregator.postgres import free_port
 
 TOKEN = "scenario-token"

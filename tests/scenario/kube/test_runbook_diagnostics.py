@@ -19,9 +19,9 @@ from scenario_rig import NODE, GpuNode
 
 from agent.aggregator_link import AggregatorLink
 from agent.diagnostics import DiagnosticsRunner
-from agent.health import NodeState
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.health import NodeState
 from remediation.aggregator_client import AggregatorClient
-from sim.clock import ManualClock
 
 TOKEN = "scenario-token"
 HEARTBEAT_S = 60

@@ -20,16 +20,15 @@ from live_aggregator import LiveAggregator
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
-from agent.snapshot import utc_now
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
+from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from gpuhealth.core.steps import Drain, Requeue
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.drain_report import PodOutcome
 from remediation.kubernetes.executor import KubernetesExecutor
+from remediation.kubernetes.requeue import EVENT_REASON, REQUEUED_ANNOTATION, KindMode, RequeuePolicy
 from remediation.plan import RemediationPolicy
-from remediation.requeue import EVENT_REASON, REQUEUED_ANNOTATION, KindMode, RequeuePolicy
-from remediation.steps import Drain, Requeue
-from sim.clock import ManualClock, RealClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from scenario_rig import GpuNode
 from structlog.testing import capture_logs
 
-from checks.findings import Status
+from gpuhealth.core.findings import Status
 from sim.kube.harness import KubeSim
 
 HOLD_S = 300.0  # kubernetes.forbidden_hold_s, the default

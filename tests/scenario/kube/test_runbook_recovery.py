@@ -23,19 +23,18 @@ import pytest
 from live_aggregator import LiveAggregator, free_port
 
 from agent.backends.fake_nvml import FakeNvml
-from agent.health import NodeState
 from agent.loop import Agent, TickResult
 from agent.recovery.settings import RebootSettings, RecoverySettings, ValidationSettings
-from agent.recovery.simulated import SimulatedNodeRecovery
 from agent.settings import AgentSettings, HttpSettings
-from agent.snapshot import utc_now
 from agent.state_machine import RECOVERY_FAILED
-from checks.findings import Action
+from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import NodeState
+from gpuhealth.core.steps import Reboot, Reset, Validate, WithdrawReboot
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.plan import RemediationPolicy
-from remediation.steps import Reboot, Reset, Validate, WithdrawReboot
-from sim.clock import ManualClock, RealClock
 from sim.kube.harness import KubeSim, running_kube_sim
+from sim.simulated_recovery import SimulatedNodeRecovery
 
 NS = "train"
 TOKEN = "recovery-scenario-token"

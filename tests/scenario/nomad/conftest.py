@@ -18,11 +18,11 @@ from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
-from remediation.nomad_connect import connect_nomad_executor
-from remediation.nomad_executor import NomadExecutor
-from remediation.nomad_settings import NomadRetrySettings, NomadSettings
+from gpuhealth.core.clock import ManualClock
+from remediation.nomad.connect import connect_nomad_executor
+from remediation.nomad.executor import NomadExecutor
+from remediation.nomad.settings import NomadRetrySettings, NomadSettings
 from remediation.plan import RemediationPolicy
-from sim.clock import ManualClock
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 NODE = "gpu-node-0"

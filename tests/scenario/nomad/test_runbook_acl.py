@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from checks.findings import Status
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.findings import Status
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 AGENT_RULES = """

@@ -19,13 +19,12 @@ from live_aggregator import LiveAggregator
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
-from agent.snapshot import utc_now
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
-from remediation.nomad_executor import NomadExecutor
+from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from gpuhealth.core.steps import Drain, Requeue
+from remediation.nomad.executor import NomadExecutor
 from remediation.plan import RemediationPolicy
-from remediation.steps import Drain, Requeue
-from sim.clock import ManualClock, RealClock
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 TOKEN = "drain-scenario-token"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.loop import TickResult
-from remediation.steps import EmitEvent, StepResult
+from gpuhealth.core.steps import EmitEvent, StepResult
 
 
 def nomad_results(result: TickResult) -> list[StepResult]:

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 GROUP, VERSION, PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 from sim.kube.manager import ControllerManager, UnknownControllerError
 from sim.kube.protocols import ObjectStore
@@ -118,7 +118,7 @@ def test_context_manager_stops_the_listener() -> None:
 def test_cli_sim_kube_serves_prints_url_and_stops_on_sigterm(tmp_path: Path) -> None:
     """gpuhealth sim kube: prints the URL, writes a kubeconfig, serves, exits 0 on SIGTERM."""
     kubeconfig = tmp_path / "kc"
-    script = "import sys; from agent.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    script = "import sys; from gpuhealth.cli.main import main; sys.exit(main(sys.argv[1:]))"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -153,7 +153,7 @@ def test_cli_sim_kube_serves_prints_url_and_stops_on_sigterm(tmp_path: Path) -> 
 
 def test_cli_rejects_a_bad_port() -> None:
     """gpuhealth sim kube --port 70000: one line on stderr, non-zero exit."""
-    script = "import sys; from agent.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    script = "import sys; from gpuhealth.cli.main import main; sys.exit(main(sys.argv[1:]))"
     result = subprocess.run(
         [sys.executable, "-c", script, "sim", "kube", "--port", "70000"],
         capture_output=True,

@@ -16,7 +16,7 @@ import nomad
 import pytest
 from nomad.api.exceptions import BaseNomadException
 
-from sim.clock import ManualClock
+from gpuhealth.core.clock import ManualClock
 from sim.nomad.harness import NomadSim
 from sim.nomad.http import parse_duration
 

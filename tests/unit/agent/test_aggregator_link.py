@@ -15,18 +15,18 @@ from live_aggregator import LiveAggregator, free_port
 
 from agent.aggregator_link import AggregatorLink
 from agent.backends.fake_nvml import FakeNvml
-from agent.health import NodeState
 from agent.loop import Agent
 from agent.permit_gate import PermitGate, PermitPurposeError, withhold_unpermitted
 from agent.report_outbox import ReportOutbox
 from agent.settings import AgentSettings, HttpSettings, SettingsError, aggregator_token
 from agent.wiring import build_agent
-from aggregator.models import Report
-from checks.findings import Action, Status, Verdict
+from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.findings import Action, Status, Verdict
+from gpuhealth.core.health import NodeState
+from gpuhealth.core.steps import ApplyReport, Cordon, NodeFacts, RequestPermit, SetTaint, Step, StepResult
 from remediation.aggregator_client import AggregatorClient
 from remediation.plan import facts_after
-from remediation.steps import ApplyReport, Cordon, NodeFacts, RequestPermit, SetTaint, Step, StepResult
-from sim.clock import ManualClock
 
 NODE = "gpu-node-0"
 TOKEN = "unit-test-token"

@@ -12,15 +12,15 @@ import pytest
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
-from agent.health import NodeState
 from agent.loop import Agent, AgentParts, Waiter
-from agent.snapshot import NodeSnapshot
 from agent.sources import XidFeed
 from agent.state_machine import DebounceConfig, HealthStateMachine
 from agent.state_store import StateStore
+from gpuhealth.core.clock import ManualClock
+from gpuhealth.core.health import NodeState
+from gpuhealth.core.snapshot import NodeSnapshot
+from gpuhealth.core.steps import ApplyReport, EmitEvent, NodeFacts, SetTaint, Step, StepResult
 from remediation.plan import RemediationMemory, RemediationPolicy, facts_after
-from remediation.steps import ApplyReport, EmitEvent, NodeFacts, SetTaint, Step, StepResult
-from sim.clock import ManualClock
 
 HANG_GUARD_S = 5.0
 

@@ -12,9 +12,9 @@ from agent.backends.fake_nvml import FakeNvml
 from agent.backends.kernel_log import KernelLogError, KmsgFollower, RecordSource
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
-from agent.snapshot import NodeSnapshot
 from agent.sources import XidCallback, XidFeed
-from sim.clock import RealClock
+from gpuhealth.core.clock import RealClock
+from gpuhealth.core.snapshot import NodeSnapshot
 
 HANG_GUARD_S = 5.0
 GPU3_PCI_KMSG = "0000:5d:00"  # how the driver spells GPU 3's address (00000000:5D:00.0 in NVML)

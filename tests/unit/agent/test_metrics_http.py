@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.http import AgentHttpServer
 from agent.metrics import AgentMetrics
-from agent.snapshot import GpuSnapshot, NodeSnapshot, XidEvent
-from checks.findings import Action, Finding, Status, Verdict
-from remediation.steps import ApplyReport, SetTaint, StepResult
+from gpuhealth.core.findings import Action, Finding, Status, Verdict
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent
+from gpuhealth.core.steps import ApplyReport, SetTaint, StepResult
 
 TAKEN = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 

@@ -30,8 +30,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agent.health import NodeState
-from agent.snapshot import GpuSnapshot, NodeSnapshot
 from agent.state_machine import (
     ALL_CHECKS_PASSED,
     MANUAL_QUARANTINE,
@@ -40,9 +38,11 @@ from agent.state_machine import (
     HealthStateMachine,
 )
 from checks.config import ChecksConfig, PcieConfig
-from checks.findings import Action, Verdict
 from checks.runner import run_checks
-from remediation.plan_memory import RemediationMemory
+from gpuhealth.core.findings import Action, Verdict
+from gpuhealth.core.health import NodeState
+from gpuhealth.core.plan_memory import RemediationMemory
+from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
 UNHEALTHY = NodeState.UNHEALTHY.value
 HEALTHY_STATE = NodeState.HEALTHY.value

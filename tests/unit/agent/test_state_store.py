@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from agent.state_machine import AgentState
 from agent.state_store import StateStore, StateStoreError
-from remediation.plan_memory import RemediationMemory
+from gpuhealth.core.plan_memory import RemediationMemory
 
 
 def saved_state(rig: Rig, memory: RemediationMemory | None = None) -> AgentState:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.snapshot import NodeSnapshot
-from checks.findings import Action, Status
 from checks.runner import run_checks
+from gpuhealth.core.findings import Action, Status
+from gpuhealth.core.snapshot import NodeSnapshot
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "snapshots"
 

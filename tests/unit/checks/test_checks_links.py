@@ -8,9 +8,9 @@ import pytest
 from checks_builders import gpu, node
 
 from checks.config import ChecksConfig
-from checks.findings import Action, Status
 from checks.nvlink import check_nvlink
 from checks.pcie import check_pcie
+from gpuhealth.core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

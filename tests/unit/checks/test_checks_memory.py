@@ -8,8 +8,8 @@ import pytest
 from checks_builders import gpu, node
 
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
 from checks.memory import check_ecc, check_retired_pages, check_row_remap
+from gpuhealth.core.findings import Action, Finding, Status
 
 DEFAULTS = ChecksConfig()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from checks_builders import bare_gpu, gpu, node
 
 from checks.config import ChecksConfig
-from checks.findings import Action, Status
 from checks.presence import TELEMETRY_FIELDS, answered_nothing, check_presence
+from gpuhealth.core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

@@ -6,9 +6,9 @@ import pytest
 from checks_builders import gpu, node
 
 from checks.config import ChecksConfig
-from checks.findings import Action, Status
 from checks.persistence import check_persistence
 from checks.recovery_action import check_recovery_action
+from gpuhealth.core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

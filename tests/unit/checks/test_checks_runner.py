@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from checks_builders import gpu, gpu_with_xids, node, xid
 
-from agent.snapshot import NodeSnapshot
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
 from checks.runner import CHECKS, RegisteredCheck, run_checks
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import NodeSnapshot
 
 
 def test_registry_runs_every_family_in_a_fixed_order() -> None:

@@ -6,8 +6,8 @@ import pytest
 from checks_builders import gpu, node
 
 from checks.config import ChecksConfig
-from checks.findings import Action, Status
 from checks.thermal import check_thermal
+from gpuhealth.core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

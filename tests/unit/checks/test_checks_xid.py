@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from checks_builders import gpu, gpu_with_xids, node, xid
 
-from agent.snapshot import XidEvent
 from checks.config import ChecksConfig
-from checks.findings import Action, Finding, Status
 from checks.xid import check_xid, occurrences, recovery_action_from_message
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import XidEvent
 
 DEFAULTS = ChecksConfig()
 

@@ -6,7 +6,6 @@ import pytest
 from checks_builders import gpu_with_xids, node, xid
 
 from checks.config import ChecksConfig
-from checks.findings import Action, Status
 from checks.xid import check_xid
 from checks.xid_catalogue import (
     BUCKET_ACTION,
@@ -17,6 +16,7 @@ from checks.xid_catalogue import (
     lookup,
     status_for_action,
 )
+from gpuhealth.core.findings import Action, Status
 
 ROWS = sorted(CATALOGUE.values(), key=lambda entry: entry.xid)
 

@@ -23,20 +23,11 @@ from health_readings import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.health import NodeHealth, NodeState
 from agent.state_machine import DebounceConfig
-from checks.findings import Verdict
-from remediation.plan import (
-    PlanResult,
-    RemediationMemory,
-    RemediationPolicy,
-    condition_status_for,
-    facts_after,
-    human_release_applies,
-    plan,
-)
-from remediation.plan_memory import MAX_REMEMBERED, remember
-from remediation.steps import (
+from gpuhealth.core.findings import Verdict
+from gpuhealth.core.health import NodeHealth, NodeState
+from gpuhealth.core.plan_memory import MAX_REMEMBERED, remember
+from gpuhealth.core.steps import (
     Cordon,
     EmitEvent,
     NodeFacts,
@@ -47,6 +38,15 @@ from remediation.steps import (
     SetTaint,
     Step,
     Uncordon,
+)
+from remediation.plan import (
+    PlanResult,
+    RemediationMemory,
+    RemediationPolicy,
+    condition_status_for,
+    facts_after,
+    human_release_applies,
+    plan,
 )
 
 POLICY = RemediationPolicy()

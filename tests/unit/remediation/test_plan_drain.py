@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.health import Incident, NodeHealth, NodeState
-from checks.findings import Action
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import Incident, NodeHealth, NodeState
+from gpuhealth.core.steps import Drain, NodeFacts, RequestPermit, Step
 from remediation.plan import RemediationMemory, RemediationPolicy, facts_after, plan
-from remediation.steps import Drain, NodeFacts, RequestPermit, Step
 
 STARTED = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 INCIDENT_ID = "inc-gpu-node-0-20261202T140000Z-ab12"

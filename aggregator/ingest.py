@@ -1,0 +1,308 @@
+"""Ingest of agent reports: one write transaction per report, idempotent by (node, seq).
+
+The node's row is locked first (``SELECT ... FOR UPDATE``; on SQLite the write transaction already holds the
+database lock), so a report retried against a second aggregator is either the first to count or sees the
+first one's sequence number and is acknowledged without counting again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection, bindparam, func, select, update
+
+from aggregator import breaker
+from aggregator.alerts import raising
+from aggregator.settings import AggregatorSettings
+from aggregator.store import requests as node_requests
+from aggregator.store.common import insert_ignoring_conflict, record_event
+from aggregator.store.tables import events, incidents, nodes, requests
+from gpuhealth.core.aggregator_api import BAD_STATES, Report, ReportAck
+from gpuhealth.core.findings import Action
+from gpuhealth.core.health import NodeState
+
+log = structlog.get_logger(__name__)
+
+
+def ingest_report(conn: Connection, report: Report, settings: AggregatorSettings, now: datetime) -> ReportAck:
+    """Store one report (in the caller's write transaction) and say what the agent should do next."""
+    row = _locked_node(conn, report, settings, now)
+    if report.seq <= row.last_seq:
+        return _ack(conn, report, row.hold, accepted=False, pending=row.pending_requests)
+    previous_state = NodeState(row.state) if row.last_seq >= 0 else None
+    incident_id = _track_incident(conn, report, row.incident_id, now)
+    _record_timeline(conn, report, row=row, previous_state=previous_state, incident_id=incident_id, now=now)
+    hold = row.hold
+    if incident_id is not None and incident_id != row.incident_id and hold is None:
+        hold = _repeat_offender_hold(conn, report.node, settings, now)
+    pending = row.pending_requests
+    if report.acknowledged_requests:
+        pending = node_requests.mark_applied(conn, report.node, report.acknowledged_requests, now)
+    if hold is not None and hold != row.hold:
+        node_requests.create(
+            conn, report.node, kind="quarantine", reason=hold, requested_by="aggregator", now=now
+        )
+        pending = node_requests.pending_count(conn, report.node)
+    values = _node_values(report, settings, now)
+    values.update(incident_id=incident_id, hold=hold, pending_requests=pending, last_seq=report.seq)
+    conn.execute(_UPDATE_NODE, {"node_name": report.node, **values})
+    if report.state in BAD_STATES and previous_state not in BAD_STATES:
+        breaker.evaluate(conn, settings, now)
+    return _ack(conn, report, hold, accepted=True, pending=pending)
+
+
+# Built once with bound parameters: building the statement anew for every report cost more than running it.
+_UPDATE_NODE = (
+    update(nodes)
+    .where(nodes.c.name == bindparam("node_name"))
+    .values(
+        {
+            **{
+                name: bindparam(name)
+                for name in (
+                    "state",
+                    "status",
+                    "action",
+                    "orchestrator",
+                    "gpu_count",
+                    "interval_s",
+                    "last_report_at",
+                    "stale_at",
+                    "labels",
+                    "gpus",
+                    "findings",
+                    "incident_id",
+                    "hold",
+                    "pending_requests",
+                    "last_seq",
+                )
+            },
+            "reports_accepted": nodes.c.reports_accepted + 1,
+        }
+    )
+)
+
+
+def _node_values(report: Report, settings: AggregatorSettings, now: datetime) -> dict[str, Any]:
+    interval = report.interval_s or settings.report_interval_s
+    return {
+        "state": report.state.value,
+        "status": report.verdict.status.value,
+        "action": report.verdict.action.value,
+        "orchestrator": report.orchestrator,
+        "gpu_count": len(report.gpus),
+        "interval_s": interval,
+        "last_report_at": now,
+        "stale_at": now + timedelta(seconds=interval * settings.stale_after_intervals),
+        "labels": dict(report.labels),
+        "gpus": [gpu.model_dump(mode="json") for gpu in report.gpus],
+        "findings": [finding.model_dump(mode="json") for finding in report.verdict.findings],
+    }
+
+
+def _locked_node(conn: Connection, report: Report, settings: AggregatorSettings, now: datetime) -> Any:
+    # Only what the decision needs: decoding the stored GPU list and labels again would cost more than the
+    # rest of the transaction.
+    columns = (
+        nodes.c.state,
+        nodes.c.last_seq,
+        nodes.c.incident_id,
+        nodes.c.hold,
+        nodes.c.pending_requests,
+        nodes.c.findings,
+    )
+    query = select(*columns).where(nodes.c.name == report.node).with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
+        first = _node_values(report, settings, now) | {
+            "name": report.node,
+            "first_seen_at": now,
+            "last_seq": -1,
+            "reports_accepted": 0,
+            "pending_requests": 0,
+        }
+        insert_ignoring_conflict(conn, nodes, first)
+        row = conn.execute(query).one()
+    return row
+
+
+def _track_incident(conn: Connection, report: Report, previous_id: str | None, now: datetime) -> str | None:
+    """Open, update or close incident rows so they follow the agent's open incident."""
+    incident = report.incident
+    if previous_id is not None and (incident is None or incident.id != previous_id):
+        closed = update(incidents).where(incidents.c.id == previous_id).values(ended_at=now)
+        closed_action = conn.execute(closed.returning(incidents.c.action)).scalar_one_or_none()
+        raising.incident_resolved(
+            conn, node=report.node, incident_id=previous_id, action=closed_action or "none", now=now
+        )
+        record_event(
+            conn,
+            at=now,
+            kind="incident_closed",
+            node=report.node,
+            incident_id=previous_id,
+            message=f"incident {previous_id} closed",
+        )
+    if incident is None:
+        return None
+    values = {"reasons": list(incident.reasons), "action": incident.action.value}
+    existing = conn.execute(
+        select(incidents.c.node, incidents.c.action).where(incidents.c.id == incident.id)
+    ).first()
+    if existing is None:
+        conn.execute(
+            incidents.insert().values(
+                id=incident.id, node=report.node, started_at=incident.started_at, ended_at=None, **values
+            )
+        )
+        record_event(
+            conn,
+            at=now,
+            kind="incident_opened",
+            node=report.node,
+            incident_id=incident.id,
+            message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}; "
+            f"action {incident.action.value}",
+            details=values,
+        )
+        log.info("incident opened", node=report.node, incident=incident.id)
+        raising.incident_opened(
+            conn,
+            node=report.node,
+            incident_id=incident.id,
+            action=incident.action.value,
+            reasons=list(incident.reasons),
+            gpus=_failing_gpus(report),
+            labels=report.labels,
+            now=now,
+        )
+    elif existing.node != report.node:
+        # An id that belongs to another node is an agent's bug; keep the two histories apart.
+        log.warning("incident id of another node ignored", node=report.node, incident=incident.id)
+        return None
+    else:
+        conn.execute(update(incidents).where(incidents.c.id == incident.id).values(ended_at=None, **values))
+        _alert_if_escalated(conn, report, previous_action=existing.action, now=now)
+    return incident.id
+
+
+def _alert_if_escalated(conn: Connection, report: Report, *, previous_action: str, now: datetime) -> None:
+    incident = report.incident
+    assert incident is not None
+    if incident.action.rank > Action(previous_action).rank:
+        raising.incident_escalated(
+            conn,
+            node=report.node,
+            incident_id=incident.id,
+            previous_action=previous_action,
+            action=incident.action.value,
+            reasons=list(incident.reasons),
+            gpus=_failing_gpus(report),
+            labels=report.labels,
+            now=now,
+        )
+
+
+def _failing_gpus(report: Report) -> list[str]:
+    """GPUs named by the report's non-ok findings, for the alert text."""
+    return sorted({f.gpu for f in report.verdict.findings if f.gpu and f.status != "ok"})
+
+
+def _record_timeline(
+    conn: Connection,
+    report: Report,
+    *,
+    row: Any,
+    previous_state: NodeState | None,
+    incident_id: str | None,
+    now: datetime,
+) -> None:
+    """History for on-call: state changes, changed findings and the agent's actions."""
+    node = report.node
+    if previous_state != report.state:
+        was = previous_state.value if previous_state else "new"
+        record_event(
+            conn,
+            at=now,
+            kind="state",
+            node=node,
+            incident_id=incident_id,
+            message=f"{was} -> {report.state.value}",
+            details={"from": was, "to": report.state.value},
+        )
+        if report.state in BAD_STATES and previous_state not in BAD_STATES:
+            record_event(
+                conn,
+                at=now,
+                kind=breaker.TURNED_UNHEALTHY,
+                node=node,
+                incident_id=incident_id,
+                message=f"turned {report.state.value}",
+            )
+    old_codes = _finding_keys(row.findings if previous_state else [])
+    new_codes = _finding_keys([f.model_dump(mode="json") for f in report.verdict.findings])
+    if new_codes != old_codes:
+        codes = sorted({code for code, _gpu, _status in new_codes})
+        record_event(
+            conn,
+            at=now,
+            kind="findings",
+            node=node,
+            incident_id=incident_id,
+            message=("findings: " + ", ".join(codes)) if codes else "findings cleared",
+            details={
+                "findings": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"]
+            },
+        )
+    for action in report.actions:
+        record_event(
+            conn,
+            at=action.at,
+            kind="action",
+            node=node,
+            incident_id=action.incident_id or incident_id,
+            message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
+            details={"action": action.action, "result": action.result},
+        )
+
+
+def _finding_keys(findings: list[dict[str, Any]]) -> set[tuple[str, str | None, str]]:
+    return {(f["code"], f.get("gpu"), f["status"]) for f in findings if f.get("status") != "ok"}
+
+
+def _repeat_offender_hold(
+    conn: Connection, node: str, settings: AggregatorSettings, now: datetime
+) -> str | None:
+    """K incidents within D days -> action replace: the node stays quarantined until a human releases it.
+
+    Counted on the aggregator's clock (when each incident was first reported), and only since the last
+    release by a human: releasing the node says its problem was dealt with (e.g. the GPU replaced).
+    """
+    since = now - timedelta(days=settings.repeat_offender_days)
+    released = conn.execute(
+        select(func.max(requests.c.created_at)).where(requests.c.node == node, requests.c.kind == "release")
+    ).scalar_one()
+    in_period = events.c.at > released if released is not None and released >= since else events.c.at >= since
+    count = conn.execute(
+        select(func.count())
+        .select_from(events)
+        .where(events.c.node == node, events.c.kind == "incident_opened", in_period)
+    ).scalar_one()
+    if count < settings.repeat_offender_incidents:
+        return None
+    reason = f"repeat offender: {count} incidents in {settings.repeat_offender_days:g} days; action replace"
+    record_event(
+        conn, at=now, kind="repeat_offender", node=node, message=reason, details={"incidents": count}
+    )
+    log.warning("repeat offender held", node=node, incidents=count)
+    raising.repeat_offender(conn, node=node, incidents=count, reason=reason, now=now)
+    return reason
+
+
+def _ack(conn: Connection, report: Report, hold: str | None, *, accepted: bool, pending: int) -> ReportAck:
+    requests = node_requests.pending(conn, report.node) if pending else []
+    return ReportAck(
+        node=report.node, seq=report.seq, accepted=accepted, pending_requests=requests, hold=hold
+    )

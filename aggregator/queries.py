@@ -1,0 +1,164 @@
+"""Read side: fleet summary, node list and detail, incidents and the event history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, case, func, select
+
+from aggregator import breaker, permits
+from aggregator.settings import AggregatorSettings
+from aggregator.store import requests as node_requests
+from aggregator.store.common import event_from_row
+from aggregator.store.tables import events, incidents, nodes
+from gpuhealth.core.aggregator_api import (
+    STALE,
+    Event,
+    FleetSummary,
+    IncidentDetail,
+    IncidentSummary,
+    NodeDetail,
+    NodeSummary,
+)
+from gpuhealth.core.health import NodeState
+
+MAX_EVENTS = 1000
+
+
+def fleet_summary(conn: Connection, settings: AggregatorSettings, now: datetime) -> FleetSummary:
+    """Counts by state (stale nodes counted as ``stale``), held and stale nodes, breaker and budget."""
+    shown = case((nodes.c.stale_at <= now, STALE), else_=nodes.c.state)
+    by_state = {
+        str(state): int(count)
+        for state, count in conn.execute(select(shown, func.count()).group_by(shown)).all()
+    }
+    totals = conn.execute(select(func.count(), func.coalesce(func.sum(nodes.c.gpu_count), 0))).one()
+    # Two indexed lookups rather than one OR, which would scan every node.
+    reported = select(nodes.c.name).where(nodes.c.state == NodeState.QUARANTINED.value)
+    held = select(nodes.c.name).where(nodes.c.hold.is_not(None))
+    quarantined = sorted(set(conn.execute(reported).scalars()) | set(conn.execute(held).scalars()))[
+        :MAX_EVENTS
+    ]
+    stale = conn.execute(
+        select(nodes.c.name).where(nodes.c.stale_at <= now).order_by(nodes.c.name).limit(MAX_EVENTS)
+    ).scalars()
+    open_incidents = conn.execute(
+        select(func.count()).select_from(incidents).where(incidents.c.ended_at.is_(None))
+    ).scalar_one()
+    return FleetSummary(
+        generated_at=now,
+        nodes=int(totals[0]),
+        gpus=int(totals[1]),
+        by_state=by_state,
+        open_incidents=int(open_incidents),
+        quarantined=quarantined,
+        stale=list(stale),
+        breaker=breaker.status(conn, settings, now),
+        budget=permits.budget_status(conn, settings, now),
+    )
+
+
+def _summary_from_row(row: Any, now: datetime) -> NodeSummary:
+    return NodeSummary(
+        name=row.name,
+        state=STALE if row.stale_at <= now else row.state,
+        reported_state=row.state,
+        status=row.status,
+        action=row.action,
+        orchestrator=row.orchestrator,
+        gpu_count=row.gpu_count,
+        last_report_at=row.last_report_at,
+        last_seq=row.last_seq,
+        reports_accepted=row.reports_accepted,
+        incident_id=row.incident_id,
+        hold=row.hold,
+    )
+
+
+def node_list(
+    conn: Connection, now: datetime, *, state: str | None = None, limit: int = 10_000
+) -> list[NodeSummary]:
+    """Every node (optionally only those shown in ``state``, where ``stale`` is a state), by name."""
+    query = select(nodes).order_by(nodes.c.name).limit(limit)
+    if state == STALE:
+        query = query.where(nodes.c.stale_at <= now)
+    elif state is not None:
+        query = query.where(nodes.c.state == state, nodes.c.stale_at > now)
+    return [_summary_from_row(row, now) for row in conn.execute(query)]
+
+
+def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None:
+    """One node with GPUs, findings, open incident, pending requests, permit and recent timeline."""
+    row = conn.execute(select(nodes).where(nodes.c.name == name)).first()
+    if row is None:
+        return None
+    incident = incident_summary(conn, row.incident_id) if row.incident_id else None
+    return NodeDetail(
+        **_summary_from_row(row, now).model_dump(),
+        labels=row.labels,
+        gpus=row.gpus,
+        findings=row.findings,
+        incident=incident,
+        pending_requests=node_requests.pending(conn, name),
+        permit=permits.active_permit(conn, name, now),
+        timeline=event_list(conn, node=name, limit=50),
+    )
+
+
+def _incident_from_row(row: Any) -> IncidentSummary:
+    return IncidentSummary(
+        id=row.id,
+        node=row.node,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        reasons=row.reasons,
+        action=row.action,
+        open=row.ended_at is None,
+    )
+
+
+def incident_summary(conn: Connection, incident_id: str) -> IncidentSummary | None:
+    """One incident without its timeline, or None."""
+    row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).first()
+    return _incident_from_row(row) if row is not None else None
+
+
+def incident_detail(conn: Connection, incident_id: str) -> IncidentDetail | None:
+    """An incident with its whole timeline of findings and actions, oldest first."""
+    summary = incident_summary(conn, incident_id)
+    if summary is None:
+        return None
+    rows = conn.execute(
+        select(events)
+        .where(events.c.incident_id == incident_id)
+        .order_by(events.c.at, events.c.id)
+        .limit(MAX_EVENTS)
+    )
+    return IncidentDetail(**summary.model_dump(), timeline=[event_from_row(r) for r in rows])
+
+
+def incident_list(
+    conn: Connection, *, node: str | None = None, open_only: bool = False, since: datetime | None = None
+) -> list[IncidentSummary]:
+    """Incidents, newest first (at most 1,000); ``since`` keeps those open or ended since then."""
+    query = select(incidents).order_by(incidents.c.started_at.desc()).limit(MAX_EVENTS)
+    if node is not None:
+        query = query.where(incidents.c.node == node)
+    if open_only:
+        query = query.where(incidents.c.ended_at.is_(None))
+    if since is not None:
+        query = query.where((incidents.c.ended_at.is_(None)) | (incidents.c.ended_at >= since))
+    return [_incident_from_row(row) for row in conn.execute(query)]
+
+
+def event_list(
+    conn: Connection, *, node: str | None = None, since: datetime | None = None, limit: int = 200
+) -> list[Event]:
+    """The newest ``limit`` events (optionally of one node, since a time), returned oldest first."""
+    query = select(events).order_by(events.c.at.desc(), events.c.id.desc()).limit(min(limit, MAX_EVENTS))
+    if node is not None:
+        query = query.where(events.c.node == node)
+    if since is not None:
+        query = query.where(events.c.at >= since)
+    return [event_from_row(row) for row in reversed(conn.execute(query).all())]

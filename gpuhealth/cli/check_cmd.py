@@ -1,0 +1,177 @@
+"""``gpuhealth check``: judge this node (or a saved snapshot) and print the verdict.
+
+Exit codes follow the Nagios / NHC convention: 0 ok, 1 warn, 2 fail, 3 unknown. An unreadable or invalid
+input file is one line on stderr, nothing on stdout, exit 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from gpuhealth.cli.common import default_node_name, load_yaml_mapping
+from gpuhealth.cli.errors import CliError
+from gpuhealth.cli.render import print_verdict
+from gpuhealth.core.findings import Finding, Verdict
+from gpuhealth.core.snapshot import NodeSnapshot
+
+if TYPE_CHECKING:
+    from checks.config import ChecksConfig
+
+EXIT_UNKNOWN = 3
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="run every check on this node (or a snapshot file) and print the verdict",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--snapshot", metavar="FILE", help="judge a saved v1 snapshot instead of this node")
+    parser.add_argument(
+        "--kernel-log",
+        metavar="FILE",
+        help="also judge the XID lines of a saved kernel log (dmesg, journald, syslog)",
+    )
+    parser.add_argument(
+        "--dcgm-metrics",
+        metavar="FILE|URL",
+        help="also judge a dcgm-exporter /metrics page (saved text or live URL); alone, its GPUs are judged",
+    )
+    parser.add_argument("--dcgmi-diag", metavar="FILE", help="also judge a saved 'dcgmi diag -j' output")
+    parser.add_argument("--config", metavar="FILE", help="YAML configuration (its 'checks' section is used)")
+    parser.add_argument("--node", help="node name for a live check (default: $NODE_NAME or the hostname)")
+    parser.add_argument(
+        "--expected-gpus", type=int, metavar="N", help="GPUs this node should have (live check)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    parser.set_defaults(handler=run_check, internal_error_exit=EXIT_UNKNOWN)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from checks.runner import run_checks
+
+    config = _load_checks_config(args.config)
+    page = _read_dcgm_page(args.dcgm_metrics) if args.dcgm_metrics else None
+    snapshot = _page_snapshot(args, page) if page is not None and not args.snapshot else _read_snapshot(args)
+    if args.kernel_log:
+        snapshot = _with_kernel_log(snapshot, args.kernel_log)
+    verdict = run_checks(snapshot, config)
+    extra = _dcgm_findings(args, page, snapshot, config)
+    if extra:
+        from checks.dcgm import merge_findings
+
+        verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
+    _print(verdict, snapshot, as_json=args.json)
+    return verdict.exit_code
+
+
+def _load_checks_config(path: str | None) -> ChecksConfig:
+    from checks.config import ChecksConfig, ConfigError
+
+    if path is None:
+        return ChecksConfig()
+    data = load_yaml_mapping(path, exit_code=EXIT_UNKNOWN)
+    try:
+        return ChecksConfig.from_mapping(data.get("checks") or {})
+    except ConfigError as exc:
+        raise CliError(f"{path}: {exc}", EXIT_UNKNOWN) from exc
+
+
+def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
+    if args.snapshot:
+        from agent.backends.replay import SnapshotError, load_snapshot
+
+        try:
+            return load_snapshot(args.snapshot)
+        except SnapshotError as exc:
+            raise CliError(str(exc), EXIT_UNKNOWN) from exc
+    from agent.backends.nvml_backend import NvmlBackend
+
+    with NvmlBackend(
+        node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
+    ) as backend:
+        return backend.snapshot()
+
+
+def _read_dcgm_page(location: str) -> str | Finding:
+    """The page's text; an unreachable or erroring URL is an unknown finding, a bad file is exit 3."""
+    from agent.backends.dcgm_exporter import ExporterError, parse_metrics, read_page, unavailable
+
+    is_url = location.startswith(("http://", "https://"))
+    try:
+        text = read_page(location)
+    except ExporterError as exc:
+        return unavailable(str(exc))
+    except OSError as exc:
+        raise CliError(f"{location}: {exc.strerror or exc}", EXIT_UNKNOWN) from exc
+    if not is_url:
+        try:
+            parse_metrics(text)
+        except ExporterError as exc:
+            raise CliError(f"{location}: {exc}", EXIT_UNKNOWN) from exc
+    return text
+
+
+def _page_snapshot(args: argparse.Namespace, page: str | Finding) -> NodeSnapshot:
+    """With no --snapshot, the GPUs are the ones the page names (by UUID); the node is its host label."""
+    from agent.backends.dcgm_exporter import ExporterError, host_of, parse_metrics
+    from checks.dcgm_exporter import exporter_snapshot
+
+    gpus = []
+    if isinstance(page, str):
+        try:
+            gpus = parse_metrics(page)
+        except ExporterError:
+            gpus = []  # a garbled live page: judged below as one unknown finding
+    node = args.node or host_of(gpus) or default_node_name()
+    return exporter_snapshot(node, gpus)
+
+
+def _dcgm_findings(
+    args: argparse.Namespace, page: str | Finding | None, snapshot: NodeSnapshot, config: ChecksConfig
+) -> list[Finding]:
+    from agent.backends.dcgm_exporter import findings_for_page
+
+    found: list[Finding] = []
+    if isinstance(page, Finding):
+        found.append(page)
+    elif page is not None:
+        found.extend(findings_for_page(page, snapshot, config))
+    if args.dcgmi_diag:
+        found.extend(_diag_file_findings(args.dcgmi_diag, snapshot))
+    return found
+
+
+def _diag_file_findings(path: str, snapshot: NodeSnapshot) -> list[Finding]:
+    from checks.dcgmi import DcgmiOutputError, diag_findings, parse_diag
+
+    try:
+        result = parse_diag(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}", EXIT_UNKNOWN) from exc
+    except DcgmiOutputError as exc:
+        raise CliError(f"{path}: {exc}", EXIT_UNKNOWN) from exc
+    return diag_findings(result, {gpu.index: gpu.uuid for gpu in snapshot.gpus})
+
+
+def _with_kernel_log(snapshot: NodeSnapshot, path: str) -> NodeSnapshot:
+    from agent.backends.kernel_log import KernelLogError, attach_kernel_xids, read_kernel_log
+
+    try:
+        events = read_kernel_log(path)
+    except KernelLogError as exc:
+        raise CliError(str(exc), EXIT_UNKNOWN) from exc
+    return attach_kernel_xids(snapshot, events)
+
+
+def _print(verdict: Verdict, snapshot: NodeSnapshot, *, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+        return
+    print_verdict(verdict, Console(highlight=False), {gpu.uuid: gpu.index for gpu in snapshot.gpus})

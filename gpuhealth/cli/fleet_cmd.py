@@ -1,0 +1,541 @@
+"""On-call commands that ask the aggregator: ``status``, ``node``, ``events``, ``quarantine``, ``release``,
+``breaker``, ``alerts`` and ``silence``.
+
+The aggregator's URL and token come from ``--url`` / ``--token``, else ``GPUHEALTH_AGGREGATOR_URL`` /
+``GPUHEALTH_TOKEN``, else the ``client:`` section (``aggregator_url``, ``token`` or ``token_file``) of the
+YAML file named by ``--config`` or ``GPUHEALTH_CONFIG``. Every command takes ``--json``. An unreachable
+aggregator or a refused token is one line on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from gpuhealth.cli.common import load_yaml_mapping
+from gpuhealth.cli.errors import CliError
+from gpuhealth.cli.render import status_text
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.console import Console
+
+    from gpuhealth.core.aggregator_api import BreakerStatus, Event, FleetSummary, NodeDetail, NodeRequest
+    from gpuhealth.core.alerts_api import AlertView, Silence
+    from remediation.aggregator_client import AggregatorClient
+
+EXIT_FAILURE = 1
+DEFAULT_URL = "http://127.0.0.1:8470"
+URL_ENV = "GPUHEALTH_AGGREGATOR_URL"
+TOKEN_ENV = "GPUHEALTH_TOKEN"  # noqa: S105 - the variable's name, not a secret
+CONFIG_ENV = "GPUHEALTH_CONFIG"
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the on-call commands to the command tree."""
+    common = _common_options()
+    status = subparsers.add_parser("status", parents=[common], help="fleet summary from the aggregator")
+    status.set_defaults(handler=run_status)
+
+    node = subparsers.add_parser(
+        "node", parents=[common], help="one node: GPUs, incident, findings, timeline"
+    )
+    node.add_argument("name", metavar="NODE")
+    node.set_defaults(handler=run_node)
+
+    events = subparsers.add_parser("events", parents=[common], help="incident and action history")
+    events.add_argument("--since", default="1h", help="how far back: 30m, 1h, 2d or an ISO time (default 1h)")
+    events.add_argument("--node", help="only this node")
+    events.add_argument("--limit", type=int, default=200, help="at most this many events (default 200)")
+    events.set_defaults(handler=run_events)
+
+    quarantine = subparsers.add_parser(
+        "quarantine", parents=[common], help="ask a node's agent to quarantine it"
+    )
+    quarantine.add_argument("name", metavar="NODE")
+    quarantine.add_argument("--reason", required=True, help="why (recorded in the history)")
+    quarantine.add_argument("--by", default=None, help="who asks (default: your user name)")
+    quarantine.set_defaults(handler=run_quarantine)
+
+    release = subparsers.add_parser("release", parents=[common], help="ask a node's agent to release it")
+    release.add_argument("name", metavar="NODE")
+    release.add_argument("--reason", default="released by a human", help="why (recorded in the history)")
+    release.add_argument("--by", default=None, help="who asks (default: your user name)")
+    release.set_defaults(handler=run_release)
+
+    breaker = subparsers.add_parser("breaker", parents=[common], help="the fleet circuit breaker")
+    breaker.add_argument("operation", nargs="?", choices=["status", "reset"], default="status")
+    breaker.add_argument("--reason", default="", help="why it is being reset (recorded)")
+    breaker.add_argument("--by", default=None, help="who resets it (default: your user name)")
+    breaker.set_defaults(handler=run_breaker)
+    _register_alert_commands(subparsers, common)
+
+
+def _register_alert_commands(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    alerts = subparsers.add_parser("alerts", parents=[common], help="alerts and their deliveries")
+    alerts.add_argument("--failed", action="store_true", help="only alerts dead-lettered at some sink")
+    alerts.add_argument("--retry", type=int, metavar="ID", help="send this dead-lettered delivery again")
+    alerts.add_argument("--limit", type=int, default=50, help="at most this many alerts (default 50)")
+    alerts.set_defaults(handler=run_alerts)
+
+    silence = subparsers.add_parser(
+        "silence", parents=[common], help="mute alerts about a node or a label selector for a while"
+    )
+    silence.add_argument("name", metavar="NODE", nargs="?", help="the node to silence")
+    silence.add_argument(
+        "--selector", action="append", default=[], metavar="KEY=VALUE", help="node label (repeatable)"
+    )
+    silence.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d")
+    silence.add_argument("--reason", help="why (shown with the silence)")
+    silence.add_argument("--by", default=None, help="who silences (default: your user name)")
+    silence.add_argument("--list", action="store_true", help="list the active silences")
+    silence.add_argument("--remove", type=int, metavar="ID", help="end this silence now")
+    silence.set_defaults(handler=run_silence)
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help=f"aggregator URL (default: ${URL_ENV}, the config file, {DEFAULT_URL})")
+    common.add_argument("--token", help=f"API token (default: ${TOKEN_ENV} or the config file)")
+    common.add_argument(
+        "--config", metavar="FILE", help=f"YAML file with a 'client' section (default: ${CONFIG_ENV})"
+    )
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the aggregator")
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    return common
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the aggregator is and how to authenticate."""
+
+    url: str
+    token: str | None
+
+
+def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Connection:
+    """Flag, then environment, then config file, then the default URL."""
+    env = dict(os.environ) if environ is None else environ
+    config_path = args.config or env.get(CONFIG_ENV)
+    section: dict[str, Any] = {}
+    if config_path:
+        client = load_yaml_mapping(config_path, exit_code=EXIT_FAILURE).get("client") or {}
+        if not isinstance(client, dict):
+            raise CliError(f"{config_path}: the 'client' section must be a mapping", EXIT_FAILURE)
+        section = client
+    url = args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL
+    token = args.token or env.get(TOKEN_ENV) or section.get("token") or _token_file(section.get("token_file"))
+    return Connection(url=str(url), token=str(token) if token else None)
+
+
+def _token_file(path: object) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(str(path)).read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read the token file: {exc.strerror or exc}", EXIT_FAILURE) from exc
+
+
+@contextmanager
+def _client(args: argparse.Namespace) -> Iterator[AggregatorClient]:
+    """A client whose failures become one-line CLI errors."""
+    from remediation.aggregator_client import AggregatorClient, AggregatorError, PermitRefused
+
+    connection = resolve_connection(args)
+    try:
+        with AggregatorClient(connection.url, connection.token, timeout_s=args.timeout, retries=1) as client:
+            yield client
+    except PermitRefused as exc:
+        raise CliError(str(exc), EXIT_FAILURE) from exc
+    except AggregatorError as exc:
+        raise CliError(str(exc), EXIT_FAILURE) from exc
+
+
+def _print_json(value: BaseModel | list[Any]) -> None:
+    from pydantic import TypeAdapter
+
+    data = TypeAdapter(type(value)).dump_json(value, indent=2, by_alias=True)
+    sys.stdout.write(data.decode() + "\n")
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """``gpuhealth status`` (with the active silences)."""
+    from remediation.aggregator_client import NotFound
+
+    with _client(args) as client:
+        summary = client.summary()
+        try:
+            silences = client.silences()
+        except NotFound:  # an aggregator from before alerts: no silences to show
+            silences = []
+    if args.json:
+        data = summary.model_dump(mode="json") | {"silences": [s.model_dump(mode="json") for s in silences]}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        print_summary(summary, _now())
+        print_silences(silences, _now(), headline=False)
+    return 0
+
+
+def run_alerts(args: argparse.Namespace) -> int:
+    """``gpuhealth alerts [--failed] [--retry ID]``."""
+    with _client(args) as client:
+        if args.retry is not None:
+            delivery = client.retry_delivery(args.retry)
+            if args.json:
+                _print_json(delivery)
+            else:
+                print(f"delivery {delivery.id} to {delivery.sink} queued again")
+            return 0
+        alerts = client.alerts(failed=args.failed, limit=args.limit)
+    if args.json:
+        _print_json(alerts)
+    else:
+        print_alerts(alerts, _now())
+    return 0
+
+
+_DURATION = re.compile(r"^\s*\d{1,9}\s*[smhdw]\s*$")
+
+
+def run_silence(args: argparse.Namespace) -> int:
+    """``gpuhealth silence NODE|--selector K=V --for 2h --reason TEXT``, ``--list``, ``--remove ID``."""
+    if args.list or args.remove is not None:
+        with _client(args) as client:
+            if args.remove is not None:
+                removed = client.remove_silence(args.remove)
+            else:
+                silences = client.silences()
+        if args.remove is not None:
+            if args.json:
+                _print_json(removed)
+            else:
+                print(f"silence {removed.id} ended")
+        elif args.json:
+            _print_json(silences)
+        else:
+            print_silences(silences, _now(), headline=True)
+        return 0
+    body = _silence_body(args)
+    with _client(args) as client:
+        silence = client.silence(body)
+    if args.json:
+        _print_json(silence)
+    else:
+        print(f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M}Z")
+    return 0
+
+
+def _silence_body(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from aggregator.timespec import parse_since
+    from gpuhealth.core.alerts_api import SilenceCreate
+
+    if not args.duration or not _DURATION.match(args.duration):
+        raise CliError("--for: give a duration such as 30m, 2h or 1d", 2)
+    if not args.reason:
+        raise CliError("--reason is required", 2)
+    if bool(args.name) == bool(args.selector):
+        raise CliError("give either NODE or --selector KEY=VALUE, not both", 2)
+    selector: dict[str, str] = {}
+    for item in args.selector:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--selector: expected KEY=VALUE, got {item!r}", 2)
+        selector[key] = value
+    now = _now()
+    seconds = (now - parse_since(args.duration, now)).total_seconds()
+    try:
+        return SilenceCreate(
+            node=args.name, selector=selector, duration_s=seconds, reason=args.reason, created_by=_who(args)
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise CliError(f"invalid silence {where}: {first['msg']}".replace(" : ", ": "), 2) from exc
+
+
+def run_node(args: argparse.Namespace) -> int:
+    """``gpuhealth node NODE``."""
+    with _client(args) as client:
+        detail = client.node(args.name)
+    if args.json:
+        _print_json(detail)
+    else:
+        print_node(detail, _now())
+    return 0
+
+
+def run_events(args: argparse.Namespace) -> int:
+    """``gpuhealth events``."""
+    from aggregator.timespec import TimeSpecError, parse_since
+
+    try:
+        parse_since(args.since, _now())
+    except TimeSpecError as exc:
+        raise CliError(f"--since: {exc}", 2) from exc
+    with _client(args) as client:
+        events = client.events(since=args.since, node=args.node, limit=args.limit)
+    if args.json:
+        _print_json(events)
+    else:
+        print_events(events, _now())
+    return 0
+
+
+def run_quarantine(args: argparse.Namespace) -> int:
+    """``gpuhealth quarantine NODE --reason TEXT``."""
+    with _client(args) as client:
+        request = client.quarantine(args.name, reason=args.reason, requested_by=_who(args))
+    return _print_request(args, request)
+
+
+def run_release(args: argparse.Namespace) -> int:
+    """``gpuhealth release NODE``."""
+    with _client(args) as client:
+        request = client.release(args.name, reason=args.reason, requested_by=_who(args))
+    return _print_request(args, request)
+
+
+def _print_request(args: argparse.Namespace, request: NodeRequest) -> int:
+    if args.json:
+        _print_json(request)
+    else:
+        print(f"{request.kind} of {request.node} requested (request {request.id}); its agent applies it next")
+    return 0
+
+
+def run_breaker(args: argparse.Namespace) -> int:
+    """``gpuhealth breaker [status|reset]``."""
+    with _client(args) as client:
+        if args.operation == "reset":
+            status = client.breaker_reset(requested_by=_who(args), reason=args.reason)
+        else:
+            status = client.breaker_status()
+    if args.json:
+        _print_json(status)
+    else:
+        print_breaker(status, _now())
+    return 0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- rendering (rich tables; plain when stdout is not a terminal or NO_COLOR is set) -------------------
+
+STATE_STYLE = {
+    "healthy": "green",
+    "degraded": "yellow",
+    "unhealthy": "bold red",
+    "quarantined": "red",
+    "testing": "cyan",
+    "unknown": "magenta",
+    "stale": "dim magenta",
+}
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _when(moment: datetime | None, now: datetime) -> str:
+    from aggregator.timespec import relative
+
+    if moment is None:
+        return "-"
+    return f"{relative(moment, now)} ({moment:%m-%d %H:%M}Z)"
+
+
+def _state(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, ""))
+
+
+def _table(*columns: str) -> Table:
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def print_summary(summary: FleetSummary, now: datetime) -> None:
+    """Nodes by state, the breaker, the budget, held and stale nodes."""
+    console = _console()
+    console.print(
+        f"[bold]{summary.nodes}[/] nodes, {summary.gpus} GPUs, {summary.open_incidents} open incidents"
+    )
+    table = _table("STATE", "NODES")
+    for state, count in sorted(summary.by_state.items(), key=lambda item: -item[1]):
+        table.add_row(_state(state), str(count))
+    console.print(table)
+    _print_breaker_line(console, summary.breaker, now)
+    budget = summary.budget
+    console.print(f"budget: {budget.in_use} of {budget.limit} permits in use")
+    if summary.quarantined:
+        console.print("[red]quarantined or held:[/] " + escape(", ".join(summary.quarantined)))
+    if summary.stale:
+        console.print("[magenta]stale (stopped reporting):[/] " + escape(", ".join(summary.stale)))
+
+
+def _print_breaker_line(console: Console, status: BreakerStatus, now: datetime) -> None:
+    if status.state == "tripped":
+        console.print(
+            f"breaker: [bold red]TRIPPED[/] {_when(status.tripped_at, now)}: {escape(status.reason or '')}"
+        )
+    else:
+        console.print(
+            f"breaker: [green]closed[/] ({status.recent_unhealthy} of {status.gpu_nodes} nodes turned "
+            f"unhealthy in the last {status.window_s:.0f} s; trips above {status.threshold_percent:g} %)"
+        )
+
+
+def print_breaker(status: BreakerStatus, now: datetime) -> None:
+    """One line: closed (with recent count) or tripped (since when, why)."""
+    console = _console()
+    _print_breaker_line(console, status, now)
+    if status.reset_at is not None:
+        console.print(f"last reset {_when(status.reset_at, now)} by {escape(status.reset_by or 'unknown')}")
+
+
+def print_node(detail: NodeDetail, now: datetime) -> None:
+    """Headline, GPUs, findings, incident, pending requests, permit and timeline."""
+    console = _console()
+    headline = f"[bold]{escape(detail.name)}[/] ({detail.orchestrator}): "
+    console.print(
+        headline,
+        _state(detail.state),
+        f" action {detail.action.value}, last report",
+        _when(detail.last_report_at, now),
+    )
+    if detail.hold:
+        console.print(f"[red]held until a human releases it:[/] {escape(detail.hold)}")
+    if detail.gpus:
+        gpus = _table("GPU", "UUID", "NAME", "STATUS")
+        for gpu in detail.gpus:
+            gpus.add_row(str(gpu.index), Text(gpu.uuid), Text(gpu.name or "-"), status_text(gpu.status))
+        console.print(gpus)
+    if detail.findings:
+        findings = _table("GPU", "STATUS", "CODE", "ACTION", "MESSAGE")
+        for finding in detail.findings:
+            findings.add_row(
+                Text(finding.gpu or "node"),
+                status_text(finding.status),
+                Text(finding.code),
+                finding.action.value,
+                Text(finding.message),
+            )
+        console.print(findings)
+    if detail.incident:
+        incident = detail.incident
+        console.print(
+            f"incident [bold]{escape(incident.id)}[/] since {_when(incident.started_at, now)}: "
+            f"{escape(', '.join(incident.reasons)) or '-'}; action {incident.action.value}"
+        )
+    for request in detail.pending_requests:
+        console.print(f"pending {request.kind} by {escape(request.requested_by)}: {escape(request.reason)}")
+    if detail.permit:
+        console.print(
+            f"permit {detail.permit.id} for {detail.permit.action.value}, expires "
+            f"{_when(detail.permit.expires_at, now)}"
+        )
+    if detail.timeline:
+        print_events(detail.timeline, now, console=console)
+
+
+def print_events(events: list[Event], now: datetime, console: Console | None = None) -> None:
+    """One row per event, oldest first."""
+    console = console or _console()
+    if not events:
+        console.print("no events")
+        return
+    table = _table("WHEN", "NODE", "KIND", "WHAT")
+    for event in events:
+        table.add_row(_when(event.at, now), Text(event.node or "-"), event.kind, Text(event.message))
+    console.print(table)
+
+
+def _silence_target(silence: Silence) -> str:
+    if silence.node:
+        return silence.node
+    return ",".join(f"{key}={value}" for key, value in sorted(silence.selector.items()))
+
+
+def print_silences(silences: list[Silence], now: datetime, *, headline: bool) -> None:
+    """Active silences: what is muted, until when, why."""
+    console = _console()
+    if not silences:
+        if headline:
+            console.print("no active silences")
+        return
+    console.print(f"[yellow]silenced ({len(silences)}):[/]")
+    table = _table("ID", "WHAT", "UNTIL", "BY", "REASON")
+    for silence in silences:
+        table.add_row(
+            str(silence.id),
+            Text(_silence_target(silence)),
+            _when(silence.ends_at, now),
+            Text(silence.created_by),
+            Text(silence.reason),
+        )
+    console.print(table)
+
+
+def print_alerts(alerts: list[AlertView], now: datetime) -> None:
+    """One row per alert with each sink's delivery state."""
+    console = _console()
+    if not alerts:
+        console.print("no alerts")
+        return
+    table = _table("WHEN", "KIND", "SEVERITY", "WHAT", "DELIVERIES")
+    for alert in alerts:
+        if alert.silence_id is not None:
+            deliveries = f"silenced ({alert.silence_id})"
+        else:
+            deliveries = (
+                "; ".join(
+                    f"#{d.id} {d.sink}: {d.status}"
+                    + (
+                        f" after {d.attempts} ({d.last_error})"
+                        if d.status != "delivered" and d.attempts
+                        else ""
+                    )
+                    for d in alert.deliveries
+                )
+                or "no route"
+            )
+        table.add_row(
+            _when(alert.created_at, now), alert.kind, alert.severity, Text(alert.summary), Text(deliveries)
+        )
+    console.print(table)

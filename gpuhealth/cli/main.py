@@ -1,0 +1,104 @@
+"""Entry point of the ``gpuhealth`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn, cast
+
+from gpuhealth.cli.errors import CliError
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug, not an expected failure
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (plus a hint), not the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _package_version() -> str:
+    try:
+        return version("gpuhealth")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command tree; each command module registers its own sub-commands."""
+    from gpuhealth.cli import (
+        agent_cmd,
+        aggregator_cmd,
+        check_cmd,
+        demo_cmd,
+        diag_cmd,
+        fleet_cmd,
+        sim_cmd,
+        snapshot_cmd,
+    )
+
+    parser = OneLineArgumentParser(
+        prog="gpuhealth",
+        description="GPU node health and fault-tolerance agent for Kubernetes and Nomad fleets.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuhealth {_package_version()}")
+    parser.add_argument(
+        "--log-level",
+        help="debug, info, warning or error (default: warning; error for the demo); logs go to stderr",
+    )
+    parser.add_argument(
+        "--log-format", default="auto", choices=["auto", "json", "console"], help="log format (default: auto)"
+    )
+    parser.add_argument("--debug", action="store_true", help="show a traceback for internal errors")
+    subparsers = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser),
+    )
+    commands = (check_cmd, snapshot_cmd, agent_cmd, fleet_cmd, diag_cmd, aggregator_cmd, demo_cmd, sim_cmd)
+    for module in commands:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (the console script exits with it)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    from gpuhealth.core.logging import configure_logging
+
+    try:
+        configure_logging(args.log_level or getattr(args, "default_log_level", "warning"), args.log_format)
+        return handler(args)
+    except CliError as exc:
+        print(f"gpuhealth: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ValueError as exc:  # raised by configure_logging for a bad level
+        print(f"gpuhealth: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("gpuhealth: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(
+            f"gpuhealth: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return getattr(args, "internal_error_exit", EXIT_INTERNAL)
+
+
+def run() -> NoReturn:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,343 @@
+"""The aggregator's wire models: what agents report and what the API answers (format ``gpuhealth.report/v1``).
+
+Pure pydantic, no web or database imports, so the agent and the CLI can use them through
+``remediation.aggregator_client`` without pulling in the service.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from gpuhealth.core.findings import Action, Finding, Status, Verdict
+from gpuhealth.core.health import NodeState
+
+REPORT_SCHEMA = "gpuhealth.report/v1"
+NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
+MAX_SEQ = 2**63 - 1
+_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _utc_in_range(value: datetime) -> datetime:
+    """Times are stored in UTC; a time without a zone is UTC; absurd years are refused, not overflowed."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    if not _EARLIEST <= value <= _LATEST:
+        raise ValueError("time must lie between the years 2000 and 9000")
+    return value.astimezone(UTC)
+
+
+WireTime = Annotated[datetime, AfterValidator(_utc_in_range)]
+NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN, max_length=253, description="The node's name.")]
+ShortText = Annotated[str, Field(max_length=1000)]
+
+
+def _reject_unstorable_text(value: object) -> None:
+    """Refuse NUL characters and lone surrogates anywhere: no database can store them as text."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text must not contain NUL characters")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError("text must be valid Unicode (no lone surrogates)") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_unstorable_text(key)
+            _reject_unstorable_text(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _reject_unstorable_text(item)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _Body(_Wire):
+    """A request body: its whole tree is checked once for text no database can store."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        _reject_unstorable_text(data)
+        return data
+
+
+STALE = "stale"
+"""Shown instead of the reported state when a node has been silent for ``stale_after_intervals`` intervals."""
+
+BAD_STATES = frozenset({NodeState.UNHEALTHY, NodeState.QUARANTINED})
+"""States that count as "turned unhealthy" for the circuit breaker."""
+
+
+class GpuSummary(_Wire):
+    """One GPU as the report carries it: identity and its worst finding's status."""
+
+    uuid: Annotated[str, Field(min_length=1, max_length=128)]
+    index: Annotated[int, Field(ge=0, le=1023)]
+    name: Annotated[str, Field(max_length=128)] | None = None
+    status: Status = Status.OK
+
+
+class IncidentReport(_Wire):
+    """The node's open incident, as the agent's state machine keeps it."""
+
+    id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+    started_at: WireTime
+    reasons: Annotated[list[ShortText], Field(max_length=100)] = Field(
+        default_factory=list, description="Finding codes that opened or kept the incident, e.g. XID_79."
+    )
+    action: Action = Field(default=Action.NONE, description="The most severe action recommended so far.")
+
+
+class ActionTaken(_Wire):
+    """One step the agent performed since its previous report (for the incident timeline)."""
+
+    at: WireTime
+    action: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        description="What was done: condition, label, taint, cordon, drain, requeue, reset, reboot, release."
+    )
+    result: Literal["ok", "failed", "skipped", "dry_run"] = "ok"
+    message: ShortText = ""
+    incident_id: Annotated[str, Field(max_length=128)] | None = None
+
+
+class Report(_Body):
+    """One agent report. Idempotent by (node, seq): a seq not above the last accepted one is ignored."""
+
+    schema_: Literal["gpuhealth.report/v1"] = Field(default="gpuhealth.report/v1", alias="schema")
+    node: NodeName
+    seq: Annotated[int, Field(ge=0, le=MAX_SEQ)] = Field(
+        description="Per-node sequence number, increasing with every new report (a retry repeats it)."
+    )
+    sent_at: WireTime
+    interval_s: Annotated[float, Field(ge=1, le=86_400)] | None = Field(
+        default=None, description="The agent's report interval; staleness is judged against it."
+    )
+    orchestrator: Literal["kubernetes", "nomad"]
+    state: NodeState
+    verdict: Verdict
+    incident: IncidentReport | None = None
+    gpus: Annotated[list[GpuSummary], Field(max_length=64)] = Field(default_factory=list)
+    labels: Annotated[dict[Annotated[str, Field(max_length=317)], ShortText], Field(max_length=100)] = Field(
+        default_factory=dict
+    )
+    actions: Annotated[list[ActionTaken], Field(max_length=200)] = Field(default_factory=list)
+    acknowledged_requests: Annotated[list[Annotated[int, Field(ge=1, le=MAX_SEQ)]], Field(max_length=100)] = (
+        Field(default_factory=list, description="Ids of quarantine / release requests the agent has applied.")
+    )
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _verdict_is_this_nodes(self) -> Report:
+        if self.verdict.node != self.node:
+            raise ValueError("verdict.node must equal node")
+        if len(self.verdict.findings) > 500:
+            raise ValueError("at most 500 findings per report")
+        return self
+
+
+class RequestKind(StrEnum):
+    """What a node request asks its agent to do."""
+
+    QUARANTINE = "quarantine"
+    RELEASE = "release"
+    DIAG = "diag"
+
+
+class NodeRequest(_Wire):
+    """A human's (or the repeat-offender rule's) request that the node's agent applies."""
+
+    id: int
+    node: str
+    kind: RequestKind
+    reason: str
+    requested_by: str
+    created_at: datetime
+    applied_at: datetime | None = None
+    status: Literal["pending", "applied", "superseded"]
+    level: int | None = Field(default=None, description="diag only: the dcgmi diag level (1-4).")
+    force: bool = Field(default=False, description="diag only: run even while pods use the GPUs.")
+
+
+class ReportAck(_Wire):
+    """The answer to a report: whether it counted, and what the agent should do next."""
+
+    node: str
+    seq: int
+    accepted: bool = Field(
+        description="False when this (node, seq) was already accepted: a retry, not counted."
+    )
+    pending_requests: list[NodeRequest] = Field(default_factory=list)
+    hold: str | None = Field(
+        default=None, description="Why the node must stay quarantined until a human releases it, if it must."
+    )
+
+
+class ManualRequest(_Body):
+    """Body of ``POST /v1/nodes/{node}/quarantine`` and ``.../release``."""
+
+    reason: Annotated[str, Field(min_length=1, max_length=1000)]
+    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+
+
+class DiagRequest(_Body):
+    """Body of ``POST /v1/nodes/{node}/diag``: run ``dcgmi diag -r LEVEL`` on the node."""
+
+    level: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description="dcgmi diag level (1-4).")
+    force: bool = Field(default=False, description="Run even while pods on the node use its GPUs.")
+    reason: Annotated[str, Field(min_length=1, max_length=1000)] = "requested by on-call"
+    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+
+
+class PermitRequest(_Body):
+    """Ask for permission to take a node's capacity away (drain, reset, reboot...)."""
+
+    node: NodeName
+    action: Action = Field(description="The remediation the permit is for.")
+    incident_id: Annotated[str, Field(max_length=128)] | None = None
+    ttl_s: Annotated[float, Field(gt=0, le=86_400)] | None = Field(
+        default=None, description="Seconds until the permit expires unless renewed (default: permit_ttl_s)."
+    )
+
+
+class PermitRenewal(_Body):
+    """Body of ``POST /v1/permits/{id}/renew``: the new TTL (default: permit_ttl_s)."""
+
+    ttl_s: Annotated[float, Field(gt=0, le=86_400)] | None = None
+
+
+class Permit(_Wire):
+    """A granted permit. It lapses at ``expires_at`` unless renewed, so a dead agent's permit frees itself."""
+
+    id: int
+    node: str
+    action: Action
+    incident_id: str | None
+    granted_at: datetime
+    expires_at: datetime
+    released_at: datetime | None = None
+    active: bool
+
+
+class PermitRefusal(_Wire):
+    """Why a permit was refused (HTTP 409)."""
+
+    code: Literal["breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node"]
+    reason: str
+
+
+class BreakerStatus(_Wire):
+    """The fleet circuit breaker: state, why and when it tripped, the last reset, recent transitions."""
+
+    state: Literal["closed", "tripped"]
+    tripped_at: datetime | None = None
+    reason: str | None = None
+    reset_at: datetime | None = None
+    reset_by: str | None = None
+    threshold_percent: float
+    window_s: float
+    recent_unhealthy: int = Field(description="Distinct nodes that turned unhealthy within the window.")
+    gpu_nodes: int
+
+
+class BreakerReset(_Body):
+    """Body of ``POST /v1/breaker/reset``: who closes the breaker, and why."""
+
+    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+    reason: Annotated[str, Field(max_length=1000)] = ""
+
+
+class IncidentSummary(_Wire):
+    """One incident as the agent reported it; ``open`` until the agent's incident changes or clears."""
+
+    id: str
+    node: str
+    started_at: datetime
+    ended_at: datetime | None
+    reasons: list[str]
+    action: Action
+    open: bool
+
+
+class Event(_Wire):
+    """One line of history: a state change, a finding, an action, a permit decision, a request."""
+
+    id: int
+    at: datetime
+    node: str | None
+    incident_id: str | None
+    kind: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class IncidentDetail(IncidentSummary):
+    """An incident with its timeline of findings, actions and permit decisions, oldest first."""
+
+    timeline: list[Event]
+
+
+class NodeSummary(_Wire):
+    """One node in the fleet list."""
+
+    name: str
+    state: str = Field(description="The reported state, or 'stale' when the node stopped reporting.")
+    reported_state: NodeState
+    status: Status
+    action: Action
+    orchestrator: str
+    gpu_count: int
+    last_report_at: datetime
+    last_seq: int
+    reports_accepted: int
+    incident_id: str | None
+    hold: str | None
+
+
+class NodeDetail(NodeSummary):
+    """One node with everything on-call needs: GPUs, findings, incident, requests, permit, timeline."""
+
+    labels: dict[str, str]
+    gpus: list[GpuSummary]
+    findings: list[Finding]
+    incident: IncidentSummary | None
+    pending_requests: list[NodeRequest]
+    permit: Permit | None
+    timeline: list[Event]
+
+
+class BudgetStatus(_Wire):
+    """The permit budget now: its limit and how much of it is in use."""
+
+    limit: int = Field(description="Nodes that may hold a permit at once right now.")
+    in_use: int
+    max_nodes: int
+    max_percent: float
+
+
+class FleetSummary(_Wire):
+    """The answer to ``GET /v1/fleet`` and ``gpuhealth status``."""
+
+    generated_at: datetime
+    nodes: int
+    gpus: int
+    by_state: dict[str, int]
+    open_incidents: int
+    quarantined: list[str] = Field(description="Nodes reported quarantined or held for a human.")
+    stale: list[str]
+    breaker: BreakerStatus
+    budget: BudgetStatus
+
+
+class ProblemDetail(_Wire):
+    """Body of every 4xx answer other than FastAPI's own 422."""
+
+    detail: str
