@@ -61,7 +61,9 @@ DiagFunction = Callable[[int, float], DiagRun]
 @runtime_checkable
 class IdleProbe(Protocol):
     """Says which unfinished workloads on the node hold GPUs (the Kubernetes executor: pods; the Nomad one:
-    allocations, named by its ``gpu_workload`` attribute); raises when it cannot."""
+    allocations); raises when it cannot. ``gpu_workload`` names them for the "busy" message."""
+
+    gpu_workload: str
 
     def gpu_pods(self) -> list[str]: ...
 
@@ -249,7 +251,7 @@ class DiagnosticsRunner:
             return f"cannot tell whether pods use the GPUs: {exc}"
         if not pods:
             return None
-        noun = str(getattr(self._probe, "gpu_workload", "pod"))
+        noun = self._probe.gpu_workload
         listed = ", ".join(pods[:5]) + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
         return f"busy: {len(pods)} {noun}(s) use the GPUs: {listed}"
 

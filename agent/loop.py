@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -36,7 +36,7 @@ from gpuhealth.core.health import NodeHealth
 from gpuhealth.core.snapshot import NodeSnapshot
 from gpuhealth.core.steps import ApplyReport, Drain, EmitEvent, Requeue, Step, StepResult
 from remediation.executor import NodeExecutor
-from remediation.plan import RemediationMemory, RemediationPolicy, plan
+from remediation.plan import PlanResult, RemediationMemory, RemediationPolicy, plan
 from remediation.recovery_plan import RecoveryRules
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ log = structlog.get_logger(__name__)
 
 Waiter = Callable[[threading.Event, float], bool]
 """Waits on an event for at most ``timeout`` seconds; True when it was set (tests inject a fast one)."""
+
+Applied = tuple[ApplyReport, tuple[Step, ...], list[str]]
+"""What one pass applied: the executor's report, the steps sent, and the permit gate's notes."""
 
 STOP_CHECK_S = 1.0  # the longest the loop waits before it looks at its stop event again
 
@@ -61,26 +64,6 @@ class FindingSource(Protocol):
     """Findings beyond the checks' for a snapshot (dcgm-exporter, dcgmi); never raises."""
 
     def findings(self, snapshot: NodeSnapshot) -> list[Finding]: ...
-
-
-class DrainNews(Protocol):
-    """One update of a background drain (``remediation.kubernetes.drain_runner.DrainUpdate``)."""
-
-    @property
-    def incident_id(self) -> str: ...
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def detail(self) -> str: ...
-    @property
-    def requeue(self) -> bool: ...
-
-
-@runtime_checkable
-class DrainingExecutor(Protocol):
-    """An executor that drains in the background and tells the loop how it went (the Kubernetes one)."""
-
-    def drain_updates(self) -> Sequence[DrainNews]: ...
 
 
 @dataclass(frozen=True)
@@ -161,54 +144,94 @@ class Agent:
     # --- one pass ---------------------------------------------------------------------------------------
 
     def tick(self) -> TickResult:
-        """One pass: snapshot, checks, state machine, plan against the observed node, apply, persist."""
+        """One pass, in the order of docs/architecture.md ("One agent tick"): read the node, judge it,
+        debounce the verdict (with humans' requests), plan against the node as observed, act (mark and taint
+        first, then what a permit allows), settle what happened (drain news, recovery, the state file), and
+        publish (metrics, log, the aggregator's outbox). Deep diagnostics plug into judge, debounce and act.
+        """
         started = time.perf_counter()
-        snapshot = self._snapshot()
+        snapshot = self._read_node()
+        verdict = self._judge(snapshot)
+        previous = self.parts.state_machine.health
+        health = self._debounce(verdict, snapshot)
+        planned = self._plan(health)
+        report, steps, gate_notes = self._act(planned, health)
+        if not self.dry_run:  # a dry run changes nothing, the state file included
+            self._settle(planned.memory, report)
+        seconds = time.perf_counter() - started
+        notes = (*planned.notes, *gate_notes)
+        result = TickResult(snapshot, verdict, health, steps, report, seconds, notes)
+        self._publish(result, changed=previous != health)
+        return result
+
+    # --- the steps of one pass -------------------------------------------------------------------------
+
+    def _judge(self, snapshot: NodeSnapshot) -> Verdict:
+        """The checks' verdict, with the findings of the other sources (dcgm-exporter, dcgmi, a diagnostic
+        that ended) merged in."""
         diagnostics = self.parts.diagnostics
         if diagnostics is not None:  # a dcgmi diag that ended: a failure's findings join this verdict
             diagnostics.settle(self.parts.state_machine)
         verdict = run_checks(snapshot, self.parts.checks)
         sources = (*self.parts.finding_sources, *((diagnostics,) if diagnostics is not None else ()))
-        if sources:  # each source never raises and caches its own slower poll
-            extra = [f for source in sources for f in source.findings(snapshot)]
-            verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
-        previous = self.parts.state_machine.health
-        if self.parts.link is not None and not self.dry_run:  # a human's quarantine / release / diag
-            self.parts.link.apply_requests(self.parts.state_machine, diagnostics)
-        health = self.parts.state_machine.observe(verdict)
-        if diagnostics is not None:  # a run due or asked for starts here: the node turns testing
-            health = diagnostics.prepare(self.parts.state_machine, snapshot, dry_run=self.dry_run)
+        if not sources:
+            return verdict
+        extra = [f for source in sources for f in source.findings(snapshot)]  # never raise, cache own polls
+        return Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
+
+    def _debounce(self, verdict: Verdict, snapshot: NodeSnapshot) -> NodeHealth:
+        """The node's health after this verdict: humans' requests first (quarantine, release, diag), then
+        the state machine; a diagnostic that is due or asked for makes the node ``testing`` here."""
+        machine, diagnostics = self.parts.state_machine, self.parts.diagnostics
+        if self.parts.link is not None and not self.dry_run:
+            self.parts.link.apply_requests(machine, diagnostics)
+        health = machine.observe(verdict)
+        if diagnostics is not None:
+            health = diagnostics.prepare(machine, snapshot, dry_run=self.dry_run)
+        return health
+
+    def _plan(self, health: NodeHealth) -> PlanResult:
+        """What differs between the desired node and the node as the executor's watch last saw it."""
         facts = self.parts.executor.facts()
-        planned = plan(
+        return plan(
             health, facts, self.parts.policy, self._memory, recovery=self.parts.recovery, now=self.clock.now()
         )
-        # Mark and taint first: asking the aggregator for a permit (a network call that may be slow or time
-        # out) must never delay the taint that keeps new work off a faulty node.
+
+    def _act(
+        self, planned: PlanResult, health: NodeHealth
+    ) -> tuple[ApplyReport, tuple[Step, ...], list[str]]:
+        """Apply the plan: mark and taint at once, then the steps a permit allows. Asking the aggregator for
+        a permit (a network call that may be slow or time out) must never delay the taint that keeps new
+        work off a faulty node. A diagnostic starts only once our taint is on."""
         unguarded, guarded = split_at_first_permit(planned.steps)
         report = self._apply(unguarded)
         permitted, gate_notes = self._permitted(guarded, health)
         report.results.extend(self._apply(permitted).results)
-        steps = (*unguarded, *permitted)
-        if diagnostics is not None:  # dcgmi diag starts on its thread only once our taint is on
-            diagnostics.launch(self.parts.state_machine, report)
-        if not self.dry_run:  # a dry run changes nothing, the state file included
-            self._remember(planned.memory, report)
-            report.results.extend(self._drain_news())
-            self._persist()
-        seconds = time.perf_counter() - started
-        self.metrics.record_tick(snapshot, verdict, report, seconds=seconds, dry_run=self.dry_run)
-        notes = (*planned.notes, *gate_notes)
-        result = TickResult(snapshot, verdict, health, steps, report, seconds, notes)
-        self._log_tick(result, changed=previous != health)
+        if self.parts.diagnostics is not None:
+            self.parts.diagnostics.launch(self.parts.state_machine, report)
+        return report, (*unguarded, *permitted), gate_notes
+
+    def _settle(self, memory: RemediationMemory, report: ApplyReport) -> None:
+        """Keep what the planner learnt (recovery results folded in), add the background drain's news to
+        the report, and save the state file when it changed."""
+        self._remember(memory, report)
+        report.results.extend(self._drain_news())
+        self._persist()
+
+    def _publish(self, result: TickResult, *, changed: bool) -> None:
+        """Metrics, one log line, and the report queued for the aggregator (a dry run reports too: it plans
+        and reports, mutating nothing)."""
+        self.metrics.record_tick(
+            result.snapshot, result.verdict, result.report, seconds=result.seconds, dry_run=self.dry_run
+        )
+        self._log_tick(result, changed=changed)
+        diagnostics = self.parts.diagnostics
         diag_news = diagnostics.news() if diagnostics is not None else []  # logged by the runner too
-        if self.parts.link is not None:  # a dry run reports too: it plans and reports, mutating nothing
+        if self.parts.link is not None:
             self.parts.link.note(diag_news)
-            self.parts.link.observe(
-                result, dry_run=self.dry_run
-            )  # queued on disk; the sender thread delivers it
+            self.parts.link.observe(result, dry_run=self.dry_run)  # queued on disk; a thread sends it
         self.ticks += 1
         self.last = result
-        return result
 
     def _apply(self, steps: Sequence[Step]) -> ApplyReport:
         return self.parts.executor.apply(steps, dry_run=self.dry_run) if steps else ApplyReport()
@@ -225,8 +248,6 @@ class Agent:
     def _drain_news(self) -> list[StepResult]:
         """The background drain's outcome and requeue since the last pass, as results for the timeline."""
         executor = self.parts.executor
-        if not isinstance(executor, DrainingExecutor):
-            return []
         deadline_s = self.parts.policy.drain_deadline_s
         return [
             StepResult(
@@ -244,11 +265,12 @@ class Agent:
         held = gate.held
         if incident is None or held is None or held.incident_id != incident.id:
             return
-        state = getattr(self.parts.executor, "drain_state", None)
+        state = self.parts.executor.drain_state
         if state is not None and state.incident_id == incident.id and state.phase == "running":
             gate.acquire("drain", incident.id)
 
-    def _snapshot(self) -> NodeSnapshot:
+    def _read_node(self) -> NodeSnapshot:
+        """This pass's snapshot, with the kernel log's XIDs merged in; a backend bug reads as unknown."""
         feed = self.parts.feed
         if feed is not None:
             feed.ensure_watching()
@@ -268,7 +290,7 @@ class Agent:
         """Keep the planner's new memory, except what it assumed about Events that failed to go out and
         drains that did not start (no permit, API server down): those are planned again."""
         kept = _unsent_events_forgotten(memory, report)
-        can_drain = bool(getattr(self.parts.executor, "can_drain", False))
+        can_drain = self.parts.executor.can_drain
         self._memory = _unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
         if self.parts.recovery is not None:  # reset / reboot / validation results: testing or escalation
             machine, rules = self.parts.state_machine, self.parts.recovery
@@ -349,8 +371,7 @@ class Agent:
     @property
     def ready(self) -> bool:
         """A first pass is done and the executor's view of the node is synced."""
-        synced = getattr(self.parts.executor, "synced", True)
-        return self.ticks > 0 and bool(synced)
+        return self.ticks > 0 and self.parts.executor.synced
 
     def _guarded_tick(self) -> None:
         try:

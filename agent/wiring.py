@@ -1,7 +1,8 @@
 """Wire a real :class:`~agent.loop.Agent` from :class:`~agent.settings.AgentSettings`.
 
 NVML backend + XID watcher (+ kernel-log follower when enabled), the state file, the state machine
-resumed from it, and the Kubernetes executor. ``library`` and ``api_client`` let the demo, the tests and
+resumed from it, and the executor of the configured orchestrator (Kubernetes or Nomad; each client library is
+imported only on its own orchestrator's nodes). ``library`` and ``api_client`` let the demo, the tests and
 the benchmarks pass a ``FakeNvml`` and a ``KubeSim`` client instead of the driver and a cluster.
 """
 
@@ -39,12 +40,12 @@ from gpuhealth.core.clock import Clock, RealClock
 from gpuhealth.core.plan_memory import RemediationMemory
 from remediation.aggregator_client import AggregatorClient
 from remediation.executor import NodeExecutor
-from remediation.executor_problem import ExecutorProblemFindings, ExecutorWithProblem
-from remediation.kubernetes.drain_runner import DrainSetup
-from remediation.kubernetes.executor import KubernetesExecutor, executor_from_kubeconfig
+from remediation.executor_problem import ExecutorProblemFindings
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from remediation.kubernetes.drain_runner import DrainSetup
 
 log = structlog.get_logger(__name__)
 
@@ -234,6 +235,11 @@ def _real_library() -> NvmlLibrary:
 
 
 def _executor(settings: AgentSettings, api_client: ApiClient | None, clock: Clock) -> NodeExecutor:
+    """The Kubernetes executor of this node, from the given API client or the kubeconfig / in-cluster
+    configuration."""
+    # The kubernetes client loads on Kubernetes nodes only, as python-nomad loads on Nomad nodes only.
+    from remediation.kubernetes.executor import KubernetesExecutor, executor_from_kubeconfig
+
     options: dict[str, Any] = {
         "retry": settings.kubernetes.retry,
         "resync_s": settings.kubernetes.resync_s,
@@ -270,16 +276,16 @@ def _nomad_executor(settings: AgentSettings, clock: Clock) -> tuple[NodeExecutor
 
 
 def _executor_problem_sources(executor: NodeExecutor) -> tuple[FindingSource, ...]:
-    """An executor that can say it cannot act (a refused token) turns the verdict unknown meanwhile."""
-    if isinstance(executor, ExecutorWithProblem):
-        return (ExecutorProblemFindings(executor),)
-    return ()
+    """While the executor says it cannot act (a refused token), the verdict turns unknown."""
+    return (ExecutorProblemFindings(executor),)
 
 
 def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:
     """What the executor needs to drain the node, or None while ``policy.drain`` is off (the default)."""
     if not settings.policy.drain:
         return None
+    from remediation.kubernetes.drain_runner import DrainSetup
+
     return DrainSetup(drain_policy=settings.drain, requeue_policy=settings.requeue, clock=clock)
 
 

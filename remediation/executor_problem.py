@@ -9,7 +9,7 @@ and the Nomad executor expose ``problem`` (see ``remediation.forbidden_hold``).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from gpuhealth.core.findings import Action, Finding, Status
 from gpuhealth.core.snapshot import NodeSnapshot
@@ -17,9 +17,8 @@ from gpuhealth.core.snapshot import NodeSnapshot
 CODE = "EXECUTOR_FORBIDDEN"
 
 
-@runtime_checkable
 class ExecutorWithProblem(Protocol):
-    """An executor that says when it cannot act (``KubernetesExecutor``, ``NomadExecutor``)."""
+    """What this source needs of an executor (every ``NodeExecutor`` has it): why it cannot act, if so."""
 
     @property
     def problem(self) -> str | None: ...

@@ -69,12 +69,11 @@ def _configure_logging(args: argparse.Namespace, level: str, fmt: LogFormat) -> 
 def _serve(settings: AgentSettings) -> int:
     from agent.http import AgentHttpServer
     from agent.wiring import build_agent
-    from remediation.kubernetes.errors import KubeExecutorError
-    from remediation.nomad.errors import NomadConfigError
+    from remediation.executor import ExecutorSetupError
 
     try:
         agent = build_agent(settings)
-    except (KubeExecutorError, NomadConfigError) as exc:  # no kubeconfig / cluster; no Nomad client, token
+    except ExecutorSetupError as exc:  # no kubeconfig / cluster; no Nomad client, token
         raise CliError(f"cannot start the agent: {exc}", EXIT_STARTUP_FAILED) from None
     except OSError as exc:  # an unusable file or device named by the settings
         raise CliError(f"cannot start the agent: {exc}", EXIT_STARTUP_FAILED) from None

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
+from remediation.executor import ExecutorSetupError
+
 HTTP_FORBIDDEN = 403
 # How the API server words an admission denial (ValidatingAdmissionPolicy, then admission webhooks).
 ADMISSION_MARKERS = ("denied request", "denied the request", "admission webhook")
 POLICY_MESSAGE_CHARS = 200  # the policy's own message, shortened: one log line, one finding message
 
 
-class KubeExecutorError(Exception):
+class KubeExecutorError(ExecutorSetupError):
     """The executor cannot be set up: no kubeconfig, not in a cluster, no node name."""
 
 

@@ -76,6 +76,8 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
     ``writes_total`` counts mutating requests sent, ``requests_total`` every request (watch included).
     """
 
+    gpu_workload = "pod"  # what :meth:`gpu_pods` lists, for the diagnostics' "busy" message
+
     def __init__(
         self,
         api_client: client.ApiClient,

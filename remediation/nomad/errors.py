@@ -6,6 +6,8 @@ a 403 or 404 would get the same answer again.
 
 from __future__ import annotations
 
+from remediation.executor import ExecutorSetupError
+
 
 class NomadError(Exception):
     """A request to Nomad failed; the message is one line and never carries the token."""
@@ -35,7 +37,7 @@ class NomadRejected(NomadError):
     """Any other refusal (400, 409, ...): the request itself is wrong; retrying would not help."""
 
 
-class NomadConfigError(NomadError):
+class NomadConfigError(NomadError, ExecutorSetupError):
     """The Nomad executor cannot be set up: unreadable token file, no local client, bad address or TLS.
 
     Raised only while the agent starts, never by a step: ``gpuhealth agent`` catches it by name and exits

@@ -40,6 +40,8 @@ sys.exit(226 if "fail" in {fixture!r} else 0)
 class Pods:
     """The idle probe: the GPU pods on the node, as a test sets them; ``broken`` when the API is down."""
 
+    gpu_workload = "pod"
+
     def __init__(self, *names: str) -> None:
         self.names = list(names)
         self.broken = False

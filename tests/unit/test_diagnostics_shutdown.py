@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from executor_defaults import ExecutorDefaults
 
 from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DcgmiStopped, run_diag
 from agent.backends.fake_nvml import FakeNvml
@@ -74,7 +75,7 @@ def wait_gone(pids: Sequence[int]) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
-class FakeNode:
+class FakeNode(ExecutorDefaults):
     """The orchestrator executor seam: takes every step as a perfect API server would."""
 
     def __init__(self) -> None:

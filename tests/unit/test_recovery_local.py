@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from executor_defaults import ExecutorDefaults
 
 from agent.backends import nvml as nvml_seam
 from agent.backends.dcgmi import DcgmiError, DiagRun
@@ -252,7 +253,7 @@ class DrainState:
 
 
 @dataclass
-class OrchestratorExecutor:
+class OrchestratorExecutor(ExecutorDefaults):
     """A stateful stand-in for the orchestrator executor seam: records what it applied, has a drain."""
 
     drain_state: DrainState | None = None

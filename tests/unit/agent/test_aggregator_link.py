@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from executor_defaults import ExecutorDefaults
 from live_aggregator import LiveAggregator, free_port
 
 from agent.aggregator_link import AggregatorLink
@@ -33,7 +34,7 @@ TOKEN = "unit-test-token"
 HANG_GUARD_S = 10.0
 
 
-class FakeNode:
+class FakeNode(ExecutorDefaults):
     """A node executor that takes every step as a perfect API server would (``facts_after``)."""
 
     def __init__(self) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from executor_defaults import ExecutorDefaults
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.nvml_backend import NvmlBackend
@@ -25,7 +26,7 @@ from remediation.plan import RemediationMemory, RemediationPolicy, facts_after
 HANG_GUARD_S = 5.0
 
 
-class FakeNode:
+class FakeNode(ExecutorDefaults):
     """A node executor that takes every step as a perfect API server would (``facts_after``), can be
     taken down (every step fails, as during an API outage), and lets a test play a human's edit."""
 
