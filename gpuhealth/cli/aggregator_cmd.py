@@ -9,9 +9,12 @@ start).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuhealth.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from aggregator.settings import AggregatorSettings
 
 EXIT_CONFIG = 2
 
@@ -30,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default 8470)")
     parser.add_argument("--database-url", metavar="URL", help="sqlite:///FILE or postgresql+psycopg://...")
+    parser.add_argument(
+        "--migrate-only",
+        action="store_true",
+        help="bring the database schema to the newest version and exit (a deployment's upgrade step)",
+    )
     parser.set_defaults(handler=run_aggregator)
 
 
@@ -44,9 +52,22 @@ def run_aggregator(args: argparse.Namespace) -> int:
         for key, value in (("host", args.host), ("port", args.port), ("database_url", args.database_url))
         if value is not None
     }
+    if args.migrate_only:  # serves nothing, so it needs no API token (a pre-install step has none yet)
+        overrides["allow_anonymous"] = True
     try:
         settings = load_settings(args.config, **overrides)
-        serve(settings)
+        if args.migrate_only:
+            _migrate_only(settings)
+        else:
+            serve(settings)
     except (SettingsError, StoreError) as exc:
         raise CliError(str(exc), EXIT_CONFIG) from exc
     return 0
+
+
+def _migrate_only(settings: AggregatorSettings) -> None:
+    """Open the database, which applies every migration not yet applied (under a lock on PostgreSQL, so
+    several at once are safe), and close it again."""
+    from aggregator.store.engine import open_database
+
+    open_database(settings).dispose()

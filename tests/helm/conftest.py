@@ -65,10 +65,17 @@ def by_kind(objects: list[Manifest], kind: str) -> list[Manifest]:
     return [obj for obj in objects if obj["kind"] == kind]
 
 
-def one(objects: list[Manifest], kind: str) -> Manifest:
-    """The single object of a kind; fails the test when there is not exactly one."""
-    found = by_kind(objects, kind)
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+def component_of(obj: Manifest) -> str | None:
+    """Which part of gpuhealth an object belongs to (``agent``, ``aggregator``, ``test``), by its label."""
+    labels: dict[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component")
+
+
+def one(objects: list[Manifest], kind: str, component: str = "agent") -> Manifest:
+    """The single object of a kind that belongs to ``component`` (the agent unless said otherwise); fails
+    the test when there is not exactly one."""
+    found = [obj for obj in by_kind(objects, kind) if component_of(obj) == component]
+    assert len(found) == 1, f"expected one {component} {kind}, found {len(found)}"
     return found[0]
 
 

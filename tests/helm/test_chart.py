@@ -32,6 +32,7 @@ from tests.helm.conftest import (
     Render,
     admission_request,
     by_kind,
+    component_of,
     one,
 )
 
@@ -168,11 +169,15 @@ def test_chart_lints_clean_in_strict_mode(variation: str) -> None:
     assert report["errors"] == []
 
 
-def test_default_render_contains_exactly_the_agent_objects(render: Render) -> None:
-    """Defaults: DaemonSet, ConfigMap, ServiceAccount, RBAC and the admission policies; no monitoring objects
-    and no Service (both are opt-in)."""
-    kinds = sorted(obj["kind"] for obj in render())
-    assert kinds == sorted(
+def test_default_render_contains_the_agent_and_its_aggregator(render: Render) -> None:
+    """Defaults: the agents (DaemonSet, ConfigMap, ServiceAccount, RBAC, the admission policies) and the
+    aggregator they report to (Deployment, Service, ServiceAccount, ConfigMap, token Secret, SQLite volume,
+    disruption budget, network policy) with its `helm test` pod; no monitoring objects and no agent Service
+    (both are opt-in)."""
+    objects = render()
+    agent = sorted(obj["kind"] for obj in objects if component_of(obj) == "agent")
+    aggregator = sorted(obj["kind"] for obj in objects if component_of(obj) == "aggregator")
+    assert agent == sorted(
         [
             "ClusterRole",
             "ClusterRoleBinding",
@@ -185,6 +190,27 @@ def test_default_render_contains_exactly_the_agent_objects(render: Render) -> No
             "ValidatingAdmissionPolicyBinding",
         ]
     )
+    assert aggregator == sorted(
+        [
+            "ConfigMap",
+            "Deployment",
+            "NetworkPolicy",
+            "PersistentVolumeClaim",
+            "PodDisruptionBudget",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+    tests = [obj["kind"] for obj in objects if component_of(obj) == "test"]
+    assert tests == ["Pod"]  # the `helm test` hook
+    assert len(objects) == len(agent) + len(aggregator) + len(tests)
+
+
+def test_without_the_aggregator_the_render_is_exactly_the_agent_objects(render: Render) -> None:
+    """aggregator.enabled=false: nothing of the aggregator is rendered."""
+    objects = render({"aggregator": {"enabled": False}})
+    assert {component_of(obj) for obj in objects} == {"agent"}
 
 
 # --- values.schema.json ----------------------------------------------------------------------------------------
@@ -201,6 +227,10 @@ def test_default_render_contains_exactly_the_agent_objects(render: Render) -> No
         ({"metricsPort": 70000}, "/metricsPort"),
         ({"updateStrategy": {"maxUnavailable": "all"}}, "/updateStrategy/maxUnavailable"),
         ({"stateDir": {"hostPath": "relative/dir"}}, "/stateDir/hostPath"),
+        ({"aggregator": {"replica": 2}}, "/aggregator"),
+        ({"aggregator": {"settings": {"budget_max_node": 3}}}, "/aggregator/settings"),
+        ({"aggregator": {"settings": {"token": "inline"}}}, "/aggregator/settings"),
+        ({"aggregator": {"database": {"type": "mysql"}}}, "/aggregator/database/type"),
     ],
 )
 def test_a_bad_value_fails_the_render_with_a_message_naming_it(
@@ -471,7 +501,7 @@ def test_cluster_role_is_bound_to_the_agent_service_account(render: Render) -> N
 def test_an_existing_service_account_is_used_everywhere(render: Render) -> None:
     """serviceAccount.create=false: no ServiceAccount rendered; pods, binding and policy all name the given one."""
     objects = render({"serviceAccount": {"create": False, "name": "gpu-agent"}})
-    assert by_kind(objects, "ServiceAccount") == []
+    assert [component_of(account) for account in by_kind(objects, "ServiceAccount")] == ["aggregator"]
     assert pod_spec(objects)["serviceAccountName"] == "gpu-agent"
     assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "gpu-agent"
     for policy in by_kind(objects, "ValidatingAdmissionPolicy"):
@@ -689,7 +719,7 @@ def test_monitoring_objects_scrape_the_metrics_port_when_enabled(render: Render)
 def test_service_monitor_alone_brings_its_service(render: Render) -> None:
     """A ServiceMonitor without a Service would scrape nothing, so enabling it renders the Service too."""
     objects = render({"metrics": {"serviceMonitor": {"enabled": True}}})
-    assert len(by_kind(objects, "Service")) == 1
+    assert one(objects, "Service")["spec"]["clusterIP"] == "None"
 
 
 # --- docs and the container image -------------------------------------------------------------------------------

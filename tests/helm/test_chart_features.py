@@ -30,7 +30,12 @@ from tests.helm.test_chart import DRAIN_GRANTS, MINIMAL_GRANTS, granted
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 NODE_IP = "10.1.2.3"
 TOKEN = "s3cr3t-t0ken-value"  # the Secret's content as the kubelet would read it (a test value)
-AGGREGATOR = {"url": "http://gpuhealth-aggregator:8080", "tokenSecret": {"name": "agg-token", "key": "tok"}}
+# An aggregator run elsewhere (not by this release), with its token in a Secret of the user's.
+AGGREGATOR = {
+    "enabled": False,
+    "url": "http://gpuhealth-aggregator:8080",
+    "tokenSecret": {"name": "agg-token", "key": "tok"},
+}
 DIAG_POD_LIST = {("", "pods", "list")}
 
 VARIATIONS: dict[str, dict[str, Any]] = {
@@ -46,7 +51,7 @@ VARIATIONS: dict[str, dict[str, Any]] = {
             "pytorchjob": True,
             "config": {"same_fault_window_s": 60},
         },
-        "aggregator": {"url": "http://agg:8080"},
+        "aggregator": {"enabled": False, "url": "http://agg:8080"},
     },
     "exporter-at-node-ip": {"dcgm": {"exporter": {"enabled": True, "port": 9500}}},
     "exporter-explicit-url-and-dcgmi": {
@@ -350,7 +355,22 @@ def test_features_that_read_pods_share_one_rule_without_duplicates(
             "config.policy.drain_deadline_s (60) contradicts drain.deadlineSeconds (900)",
         ),
         ({"requeue": {"jobset": True}}, "requeue.jobset needs requeue.enabled"),
-        ({"aggregator": {"tokenSecret": {"name": "agg-token"}}}, "aggregator.tokenSecret.name is set but"),
+        (
+            {"aggregator": {"enabled": False, "tokenSecret": {"name": "agg-token"}}},
+            "aggregator.tokenSecret.name is set but",
+        ),
+        (
+            {"aggregator": {"url": "http://elsewhere:8470"}},
+            "aggregator.url names an aggregator elsewhere, but aggregator.enabled deploys one",
+        ),
+        (
+            {"aggregator": {"replicas": 2}},
+            "aggregator.replicas > 1 needs aggregator.database.type=postgresql",
+        ),
+        (
+            {"aggregator": {"database": {"type": "postgresql"}}},
+            "aggregator.database.type=postgresql needs aggregator.database.postgresql.urlSecret.name",
+        ),
         (
             {"diagnostics": {"enabled": True, "scheduled": False, "config": {"on_demand": False}}},
             "diagnostics.enabled with scheduled false and config.on_demand false",
@@ -376,10 +396,17 @@ def test_notes_warn_when_drain_has_no_aggregator_to_grant_permits(render_notes: 
     """Drain without an aggregator is safe (no permit, no drain) but not what was asked: NOTES says so, and
     stays quiet once a URL is given, in aggregator.url or as the agent's env override."""
     warning = "never drain"
-    assert warning in render_notes({"drain": {"enabled": True}})
-    assert warning not in render_notes({"drain": {"enabled": True}, "aggregator": {"url": "http://a:1"}})
+    alone = {"enabled": False}
+    assert warning in render_notes({"drain": {"enabled": True}, "aggregator": alone})
+    elsewhere = {"enabled": False, "url": "http://a:1"}
+    assert warning not in render_notes({"drain": {"enabled": True}, "aggregator": elsewhere})
     override = {"name": "GPUHEALTH_AGGREGATOR__URL", "value": "http://a:1"}
-    assert warning not in render_notes({"drain": {"enabled": True}, "extraEnv": [override]})
+    assert warning not in render_notes(
+        {"drain": {"enabled": True}, "aggregator": alone, "extraEnv": [override]}
+    )
+    assert warning not in render_notes({"drain": {"enabled": True}}), (
+        "the release's own aggregator grants permits"
+    )
     assert "requeue.enabled without drain.enabled" in render_notes({"requeue": {"enabled": True}})
 
 

@@ -109,8 +109,9 @@ Diagnostics off means off: neither scheduled nor on-demand runs (the agent's def
 {{- $root := index . 0 }}
 {{- $config := index . 1 }}
 {{- $v := $root.Values }}
-{{- if $v.aggregator.url }}
-{{- $_ := set $config "aggregator" (merge (dict "url" $v.aggregator.url) (deepCopy $v.aggregator.config)) }}
+{{- $aggregatorUrl := include "gpuhealth.aggregatorUrl" $root }}
+{{- if $aggregatorUrl }}
+{{- $_ := set $config "aggregator" (merge (dict "url" $aggregatorUrl) (deepCopy $v.aggregator.config)) }}
 {{- end }}
 {{- $exporter := dict "enabled" $v.dcgm.exporter.enabled }}
 {{- if $v.dcgm.exporter.url }}
@@ -130,9 +131,9 @@ Diagnostics off means off: neither scheduled nor on-demand runs (the agent's def
 {{- if and .Values.dcgm.exporter.enabled (not .Values.dcgm.exporter.url) }}true{{ end }}
 {{- end }}
 
-{{/* The aggregator URL the agent will use: aggregator.url, else a GPUHEALTH_AGGREGATOR__URL in extraEnv. */}}
+{{/* Whether the agents have an aggregator: this release's, aggregator.url, or GPUHEALTH_AGGREGATOR__URL in extraEnv. */}}
 {{- define "gpuhealth.hasAggregator" -}}
-{{- if .Values.aggregator.url }}true{{ end }}
+{{- if include "gpuhealth.aggregatorUrl" . }}true{{ end }}
 {{- range .Values.extraEnv }}
 {{- if eq .name "GPUHEALTH_AGGREGATOR__URL" }}true{{ end }}
 {{- end }}
@@ -158,9 +159,10 @@ without an aggregator is not among them: it is safe, the agent just never gets a
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if and $v.aggregator.tokenSecret.name (not $v.aggregator.url) }}
-{{- fail "aggregator.tokenSecret.name is set but aggregator.url is empty: a token for no aggregator" }}
+{{- if and $v.aggregator.tokenSecret.name (not (include "gpuhealth.aggregatorUrl" .)) }}
+{{- fail "aggregator.tokenSecret.name is set but there is no aggregator (aggregator.enabled is false and aggregator.url is empty): a token for no aggregator" }}
 {{- end }}
+{{- include "gpuhealth.aggregator.checkValues" . }}
 {{- if and $v.diagnostics.enabled (not $v.diagnostics.scheduled) (eq (toString (dig "on_demand" true $v.diagnostics.config)) "false") }}
 {{- fail "diagnostics.enabled with scheduled false and config.on_demand false: no diagnostic can ever run" }}
 {{- end }}
@@ -195,4 +197,101 @@ directory is mounted (reboot mode kured), and whether the agent container is pri
 {{- $verbs = append $verbs "delete" }}
 {{- end }}
 {{- range $i, $verb := $verbs }}{{ if $i }}, {{ end }}{{ $verb | quote }}{{ end }}
+{{- end }}
+
+{{/* --- the aggregator (templates/aggregator/) ------------------------------------------------------ */}}
+
+{{/* Name of the aggregator's objects. */}}
+{{- define "gpuhealth.aggregator.fullname" -}}
+{{- printf "%s-aggregator" (include "gpuhealth.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the aggregator pods (never changed on an upgrade: Deployment selectors are immutable). */}}
+{{- define "gpuhealth.aggregator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuhealth.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: aggregator
+{{- end }}
+
+{{/* Labels on every aggregator object. */}}
+{{- define "gpuhealth.aggregator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gpuhealth.aggregator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuhealth
+{{- end }}
+
+{{/* The aggregator's service account name. */}}
+{{- define "gpuhealth.aggregator.serviceAccountName" -}}
+{{- default (include "gpuhealth.aggregator.fullname" .) .Values.aggregator.serviceAccount.name }}
+{{- end }}
+
+{{/* The URL the agents use: this release's aggregator Service, else aggregator.url (an aggregator elsewhere). */}}
+{{- define "gpuhealth.aggregatorUrl" -}}
+{{- if .Values.aggregator.enabled }}
+{{- printf "http://%s.%s.svc:%d" (include "gpuhealth.aggregator.fullname" .) .Release.Namespace (int .Values.aggregator.port) }}
+{{- else }}
+{{- .Values.aggregator.url }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the API token: the one named in aggregator.tokenSecret, else the generated one. */}}
+{{- define "gpuhealth.aggregator.tokenSecretName" -}}
+{{- if .Values.aggregator.tokenSecret.name }}
+{{- .Values.aggregator.tokenSecret.name }}
+{{- else if .Values.aggregator.enabled }}
+{{- printf "%s-token" (include "gpuhealth.aggregator.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the database is the SQLite file on a volume (the default) rather than an external PostgreSQL. */}}
+{{- define "gpuhealth.aggregator.sqlite" -}}
+{{- if eq .Values.aggregator.database.type "sqlite" }}true{{ end }}
+{{- end }}
+
+{{/* The aggregator's configuration file: its own settings, with what the pod spec decides set by the chart. */}}
+{{- define "gpuhealth.aggregator.configFile" -}}
+{{- $settings := deepCopy .Values.aggregator.settings }}
+{{- $_ := set $settings "host" "0.0.0.0" }}
+{{- $_ = set $settings "port" (int .Values.aggregator.port) }}
+{{- if include "gpuhealth.aggregator.sqlite" . }}
+{{- $_ = set $settings "database_url" "sqlite:////var/lib/gpuhealth-aggregator/aggregator.db" }}
+{{- end }}
+{{- toYaml (dict "aggregator" $settings) }}
+{{- end }}
+
+{{/* Values of the aggregator that contradict each other fail the render with one line. */}}
+{{- define "gpuhealth.aggregator.checkValues" -}}
+{{- $a := .Values.aggregator }}
+{{- if and $a.enabled $a.url }}
+{{- fail "aggregator.url names an aggregator elsewhere, but aggregator.enabled deploys one with this release: set aggregator.enabled=false to use the other" }}
+{{- end }}
+{{- if and $a.enabled (gt (int $a.replicas) 1) (include "gpuhealth.aggregator.sqlite" .) }}
+{{- fail "aggregator.replicas > 1 needs aggregator.database.type=postgresql: the SQLite file is written by one aggregator only" }}
+{{- end }}
+{{- if and $a.enabled (eq $a.database.type "postgresql") (not $a.database.postgresql.urlSecret.name) }}
+{{- fail "aggregator.database.type=postgresql needs aggregator.database.postgresql.urlSecret.name: an existing Secret holding the database URL" }}
+{{- end }}
+{{- end }}
+
+{{/* The aggregator containers' security context: nothing beyond running the service. */}}
+{{- define "gpuhealth.aggregator.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+
+{{/* The aggregator containers' mounts: its config file, /tmp, and the SQLite volume when it has one. */}}
+{{- define "gpuhealth.aggregator.volumeMounts" -}}
+- name: config
+  mountPath: /etc/gpuhealth-aggregator
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- if include "gpuhealth.aggregator.sqlite" . }}
+- name: data
+  mountPath: /var/lib/gpuhealth-aggregator
+{{- end }}
 {{- end }}
