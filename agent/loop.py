@@ -34,7 +34,7 @@ from gpuhealth.core.clock import Clock, RealClock
 from gpuhealth.core.findings import Finding, Verdict
 from gpuhealth.core.health import NodeHealth
 from gpuhealth.core.snapshot import NodeSnapshot
-from gpuhealth.core.steps import ApplyReport, Drain, EmitEvent, Requeue, Step, StepResult
+from gpuhealth.core.steps import ApplyReport, Drain, EmitEvent, Requeue, SetTaint, Step, StepResult
 from remediation.executor import NodeExecutor
 from remediation.plan import PlanResult, RemediationMemory, RemediationPolicy, plan
 from remediation.recovery_plan import RecoveryRules
@@ -130,6 +130,8 @@ class Agent:
         self.tick_errors = 0
         self.last: TickResult | None = None
         self._log = log.bind(node=node)
+        self._tainted_incident: str | None = None  # the incident whose fault-to-taint time is recorded
+        self._ended_drain: tuple[str, str] | None = None  # (incident, phase) of the drain end last counted
 
     @property
     def wake(self) -> threading.Event:
@@ -216,6 +218,7 @@ class Agent:
         the report, and save the state file when it changed."""
         self._remember(memory, report)
         report.results.extend(self._drain_news())
+        self._count_drain_end()
         self._persist()
 
     def _publish(self, result: TickResult, *, changed: bool) -> None:
@@ -224,6 +227,7 @@ class Agent:
         self.metrics.record_tick(
             result.snapshot, result.verdict, result.report, seconds=result.seconds, dry_run=self.dry_run
         )
+        self._record_taint_latency(result)
         self._log_tick(result, changed=changed)
         diagnostics = self.parts.diagnostics
         diag_news = diagnostics.news() if diagnostics is not None else []  # logged by the runner too
@@ -258,6 +262,25 @@ class Agent:
             )
             for news in executor.drain_updates()
         ]
+
+    def _count_drain_end(self) -> None:
+        """Count each drain once when it ends, by how it ended (the metric behind "drains blocked")."""
+        state = self.parts.executor.drain_state
+        if state is None or str(state.phase) == "running":
+            return
+        ended = (state.incident_id, str(state.phase))
+        if ended != self._ended_drain:
+            self._ended_drain = ended
+            self.metrics.record_drain_end(ended[1])
+
+    def _record_taint_latency(self, result: TickResult) -> None:
+        """The first time our taint goes on for an incident, how long after the fault's first reading."""
+        incident = result.health.incident
+        if incident is None or incident.id == self._tainted_incident or self.dry_run:
+            return
+        if any(isinstance(r.step, SetTaint) and r.ok for r in result.report.results):
+            self._tainted_incident = incident.id
+            self.metrics.record_taint((self.clock.now() - incident.started_at).total_seconds())
 
     def _keep_drain_permit(self, gate: PermitGate, health: NodeHealth) -> None:
         """While our drain of this incident runs, keep its permit renewed (the gate renews when asked)."""

@@ -19,6 +19,9 @@ GPU_HEALTH_VALUE: dict[Status, int] = {Status.OK: 0, Status.WARN: 1, Status.FAIL
 """The per-GPU health gauge: the Nagios exit-code convention (0 ok, 1 warn, 2 fail, 3 unknown)."""
 
 LOOP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Fault to taint: the target is under a second for XIDs; polled faults wait for their debounce readings.
+TAINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+DRAIN_OUTCOMES = ("complete", "incomplete", "failed")
 
 
 class AgentMetrics:
@@ -70,6 +73,22 @@ class AgentMetrics:
             ["node"],
             registry=self.registry,
         )
+        self.fault_to_taint = Histogram(
+            "gpuhealth_agent_fault_to_taint_seconds",
+            "From the first reading of an incident's fault to our taint on the node, once per incident.",
+            ["node"],
+            buckets=TAINT_BUCKETS,
+            registry=self.registry,
+        )
+        self.drains = Counter(
+            "gpuhealth_agent_drains",
+            "Drains of this node that ended, by outcome: complete, incomplete (pods left at the deadline, or "
+            "evictions refused) or failed (could not run).",
+            ["node", "outcome"],
+            registry=self.registry,
+        )
+        for outcome in DRAIN_OUTCOMES:  # present at 0 from the start, so rate() and alerts see the series
+            self.drains.labels(node, outcome)
         self._gpu_labels: set[tuple[str, str]] = set()
         self._finding_labels: set[tuple[str, str]] = set()
 
@@ -86,6 +105,14 @@ class AgentMetrics:
         for result in report.results:
             outcome = "dry_run" if dry_run else ("ok" if result.ok else "failed")
             self.actions.labels(self.node, type(result.step).__name__, outcome).inc()
+
+    def record_taint(self, seconds: float) -> None:
+        """An incident's fault got our taint ``seconds`` after its first reading."""
+        self.fault_to_taint.labels(self.node).observe(max(seconds, 0.0))
+
+    def record_drain_end(self, outcome: str) -> None:
+        """A drain of this node ended (``complete``, ``incomplete`` or ``failed``)."""
+        self.drains.labels(self.node, outcome).inc()
 
     def record_tick_error(self) -> None:
         """Count a loop pass that raised."""

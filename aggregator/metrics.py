@@ -17,8 +17,10 @@ from sqlalchemy import case, func, select
 
 from aggregator import permits
 from aggregator.store.engine import Database
-from aggregator.store.tables import fleet_control, incidents, nodes
+from aggregator.store.tables import alert_deliveries, fleet_control, incidents, nodes
 from gpuhealth.core.aggregator_api import STALE
+
+UNDELIVERED = ("pending", "dead")
 
 
 class AggregatorMetrics:
@@ -64,6 +66,13 @@ class _FleetCollector(Collector):
             tripped = conn.execute(
                 select(fleet_control.c.breaker_tripped).where(fleet_control.c.id == 1)
             ).scalar_one()
+            # Only what is not delivered: the delivered rows are the year's bulk, and the (status, sink)
+            # index answers this without reading them.
+            undelivered = conn.execute(
+                select(alert_deliveries.c.status, alert_deliveries.c.sink, func.count())
+                .where(alert_deliveries.c.status.in_(UNDELIVERED))
+                .group_by(alert_deliveries.c.status, alert_deliveries.c.sink)
+            ).all()
         states = GaugeMetricFamily(
             "gpuhealth_aggregator_nodes", "Known nodes by shown state.", labels=["state"]
         )
@@ -76,6 +85,14 @@ class _FleetCollector(Collector):
         yield GaugeMetricFamily(
             "gpuhealth_aggregator_permits_in_use", "Active remediation permits.", value=in_use
         )
+        deliveries = GaugeMetricFamily(
+            "gpuhealth_aggregator_alert_deliveries",
+            "Alert deliveries not yet delivered, by status (pending: retried later; dead: given up), sink.",
+            labels=["status", "sink"],
+        )
+        for status, sink, count in undelivered:
+            deliveries.add_metric([str(status), str(sink)], float(count))
+        yield deliveries
         yield GaugeMetricFamily(
             "gpuhealth_aggregator_breaker_tripped",
             "1 while the fleet circuit breaker is tripped.",
