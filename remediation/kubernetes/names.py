@@ -8,6 +8,5 @@ TAINT_KEY = "gpuhealth.io/unhealthy"
 INCIDENT_ANNOTATION = "gpuhealth.io/incident"
 CORDONED_ANNOTATION = "gpuhealth.io/cordoned"
 MANUAL_RELEASE_ANNOTATION = "gpuhealth.io/manual-release"
-EVENT_REASON_PREFIX = "GPUHealth"
 # Kubelet records node Events in "default" (nodes are cluster-scoped; Events must live in a namespace).
 EVENT_NAMESPACE = "default"
