@@ -1,4 +1,7 @@
-"""The names gpuhealth uses on Kubernetes objects (CONTRACTS.md section 4); change them nowhere else."""
+"""The names gpuhealth uses on Kubernetes objects; change them nowhere else.
+
+docs/agent.md, "What the agent writes on its Node", documents them and when each is written.
+"""
 
 from __future__ import annotations
 

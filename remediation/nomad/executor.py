@@ -1,6 +1,6 @@
 """``NomadExecutor``: applies plan steps to one Nomad node (metadata, eligibility, drain) and watches it.
 
-How the steps map (CONTRACTS.md section 4, REFERENCE.md "Nomad mechanics"):
+How the steps map (docs/nomad.md, "How the executor maps each action"):
 
 * ``SetStateLabel`` / ``SetIncidentAnnotation`` / ``SetUnhealthyGpus`` -> dynamic node metadata
   ``gpuhealth.state`` / ``gpuhealth.incident`` / ``gpuhealth.unhealthy_gpus``; ``SetCondition`` has no
