@@ -1,1 +1,1 @@
-"""The per-node agent: GPU backends, the snapshot model, and (later) the state machine and loop."""
+"""The per-node agent: GPU backends, the state machine, the loop and its wiring, diagnostics and recovery."""

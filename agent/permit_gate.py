@@ -1,10 +1,11 @@
 """The permit gate: anything beyond mark + taint (drain, requeue, reset, reboot) waits for the aggregator.
 
-Safety rule (DESIGN.md): with no aggregator configured, the aggregator unreachable, or the permit refused
-(breaker tripped, budget exhausted, cooldown), the agent keeps the node marked and tainted and does nothing
-more; it asks again later, at most once every ``retry_s`` so a fleet in trouble does not hammer the
-aggregator. A held permit is renewed before its TTL runs out and released when its incident closes, so the
-budget frees itself as soon as the node is back (and, should the agent die, when the TTL lapses).
+Safety rule (docs/agent.md, "The aggregator link"): with no aggregator configured, the aggregator
+unreachable, or the permit refused (breaker tripped, budget exhausted, cooldown), the agent keeps the node
+marked and tainted and does nothing more; it asks again later, at most once every ``retry_s`` so a fleet in
+trouble does not hammer the aggregator. A held permit is renewed before its TTL runs out and released when
+its incident closes, so the budget frees itself as soon as the node is back (and, should the agent die,
+when the TTL lapses).
 
 TTLs are measured on the agent's monotonic clock from the moment of the grant (the aggregator's clock may
 differ from the node's); the renewal happens once ``renew_fraction`` of the TTL has passed.

@@ -1,9 +1,10 @@
 """The agent's durable outbox of reports to the aggregator, and its persisted sequence numbers.
 
-Nothing may be lost (DESIGN.md, safety): a report is written here *before* it is sent and removed only once
-the aggregator acknowledged it, so an outage or an agent restart leaves unsent reports waiting on disk,
-delivered in order later. The aggregator ignores a report whose ``seq`` is not above the last it accepted,
-so the last sequence number handed out is stored in the same file and a restarted agent continues above it.
+Nothing may be lost (docs/agent.md, "The aggregator link"): a report is written here *before* it is sent
+and removed only once the aggregator acknowledged it, so an outage or an agent restart leaves unsent reports
+waiting on disk, delivered in order later. The aggregator ignores a report whose ``seq`` is not above the
+last it accepted, so the last sequence number handed out is stored in the same file and a restarted agent
+continues above it.
 
 Bounded: heartbeats carry no news, so a queued heartbeat followed by another is replaced by the newer one;
 every state change is kept. Past ``max_reports`` the oldest heartbeats go first, then (logged as an error)

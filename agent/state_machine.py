@@ -1,4 +1,4 @@
-"""Debounce verdicts into a node health with one long-lived incident (issue 4 point 2, CONTRACTS.md 2).
+"""Debounce verdicts into a node health with one long-lived incident (docs/agent.md, "The loop", step 3).
 
 Rules, in the order ``observe`` applies them:
 

@@ -43,7 +43,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "in-process fake NVML: gpuhealth's own overhead per snapshot.",
         (
             "Target: well under 1 s per snapshot of an 8-GPU node (issue: foundation).",
-            "dcgm-exporter collects every 30 s; NVSentinel polls DCGM health every 15 s (REFERENCE.md).",
+            "dcgm-exporter collects every 30 s; NVSentinel polls DCGM health every 15 s "
+            "(Reference figures below).",
         ),
     ),
     Benchmark(
@@ -63,7 +64,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         (
             "Target: p99 <= 1 s (issue: the agent on Kubernetes).",
             "NVSentinel: no published end-to-end figure; with its default 15 s DCGM polling, 15-45 s "
-            "(REFERENCE.md). k8s-device-plugin waits on XID events in a 5 s loop.",
+            "(Reference figures below). k8s-device-plugin waits on XID events in a 5 s loop.",
         ),
     ),
     Benchmark(
@@ -74,7 +75,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "in dynamic node metadata and an eligibility write through the node's local client agent.",
         (
             "Target: p99 <= 1 s, as on Kubernetes (issue: the Nomad executor).",
-            "Nomad's NVIDIA device plugin does no health checking at all (REFERENCE.md).",
+            "Nomad's NVIDIA device plugin does no health checking at all (Reference figures below).",
         ),
     ),
     Benchmark(
@@ -85,7 +86,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         (
             "Targets: RSS <= 80 MiB, CPU <= 1 % of one core (issue: the agent on Kubernetes).",
             "NVSentinel monitors request 100m CPU / 128 MiB; dcgm-exporter was seen at 135-512 MiB resident "
-            "(REFERENCE.md). The Kubernetes Python client alone costs about 50 MB in a process.",
+            "(Reference figures below). The Kubernetes Python client alone costs about 50 MB in a "
+            "process.",
         ),
     ),
     Benchmark(
@@ -103,7 +105,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         (
             "Targets: >= 100 evictions/s and >= 20 nodes/s on a 2-core machine (issue: drain and requeue).",
             "NVSentinel handles about 2.5 nodes/s, and its evictions trickle at about 5 pods/s "
-            "(REFERENCE.md).",
+            "(Reference figures below).",
         ),
     ),
     Benchmark(
@@ -126,10 +128,63 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         (
             "Target: every expectation of the default scenario holds at 1,000 nodes (issue: the 1000-node "
             "demo).",
-            "NVSentinel handles about 2.5 nodes/s, one node at a time (REFERENCE.md).",
+            "NVSentinel handles about 2.5 nodes/s, one node at a time (Reference figures below).",
         ),
     ),
 )
+
+
+# The outside figures the anchors above cite, each with the project it describes: rendered at the end of the
+# document so that regenerating it keeps them.
+REFERENCE_FIGURES: tuple[tuple[str, str], ...] = (
+    (
+        "dcgm-exporter collects every 30 s by default",
+        "[dcgm-exporter](https://github.com/NVIDIA/dcgm-exporter)",
+    ),
+    (
+        "dcgm-exporter resident memory: 135-512 MiB as seen on nodes",
+        "[dcgm-exporter](https://github.com/NVIDIA/dcgm-exporter)",
+    ),
+    (
+        "NVSentinel polls DCGM health every 15 s by default; it publishes no end-to-end fault-to-cordon "
+        "figure, so with that polling 15-45 s",
+        "[NVSentinel](https://github.com/NVIDIA/NVSentinel)",
+    ),
+    (
+        "NVSentinel's monitors request 100m CPU / 128 MiB",
+        "[NVSentinel](https://github.com/NVIDIA/NVSentinel)",
+    ),
+    (
+        "NVSentinel drains about 2.5 nodes/s, one node at a time; its evictions trickle at about 5 pods/s",
+        "[NVSentinel](https://github.com/NVIDIA/NVSentinel)",
+    ),
+    (
+        "k8s-device-plugin waits on NVML XID events in a 5 s loop",
+        "[k8s-device-plugin](https://github.com/NVIDIA/k8s-device-plugin)",
+    ),
+    (
+        "Nomad's NVIDIA device plugin does no health checking: it reports every GPU healthy",
+        "[nomad-device-nvidia](https://github.com/hashicorp/nomad-device-nvidia)",
+    ),
+    (
+        "`kubectl drain` waits about 5 s before it retries an eviction refused with 429",
+        "[kubectl](https://github.com/kubernetes/kubectl), `pkg/drain`",
+    ),
+)
+
+
+def reference_section() -> list[str]:
+    """The "Reference figures" section: what each anchor compares with, and where it comes from."""
+    lines = [
+        "## Reference figures",
+        "",
+        "The outside figures the sections above compare with, and the project each one describes (read from "
+        "its defaults, source and issue reports; check them against the release you compare with).",
+        "",
+        "| figure | project |",
+        "|---|---|",
+    ]
+    return [*lines, *[f"| {figure} | {project} |" for figure, project in REFERENCE_FIGURES], ""]
 
 
 def run_benchmark(name: str, *, quick: bool) -> dict[str, object]:
@@ -164,6 +219,7 @@ def render(results: dict[str, dict[str, object]], *, quick: bool) -> str:
         for key, value in _flatten(results[bench.name]):
             lines.append(f"| {key} | {_format(value)} |")
         lines += ["", *[f"- {anchor}" for anchor in bench.anchors], ""]
+    lines += reference_section()
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 NODES = 1000
 QUICK_NODES = 200
 TIMEOUT_S = 1800.0
-ANCHOR = "NVSentinel handles about 2.5 nodes/s, one node at a time (REFERENCE.md)."
+ANCHOR = "NVSentinel handles about 2.5 nodes/s, one node at a time (docs/benchmarks.md, Reference figures)."
 
 
 class DemoFailedToRun(RuntimeError):

@@ -1,4 +1,6 @@
-"""Drain many nodes at once on the emulator, then the same fleet with ``kubectl drain`` (issue 6, point 5).
+"""Drain many nodes at once on the emulator, then the same fleet with ``kubectl drain``.
+
+docs/drain.md, "Benchmark", describes the fleet and records the figures.
 
 ``python -m bench.drain [--quick] [--nodes N] [--pods P] [--kubectl-parallel K] --json`` prints one JSON
 object:

@@ -34,7 +34,7 @@ from sim.nomad.harness import NomadSim
 from sim.nomad.model import node_names
 
 WAIT_S = 15.0
-ANCHOR = "Nomad's NVIDIA device plugin does no health checking at all (REFERENCE.md)"
+ANCHOR = "Nomad's NVIDIA device plugin does no health checking at all (docs/benchmarks.md, Reference figures)"
 
 
 class EligibilityWatcher:

@@ -26,7 +26,7 @@ from sim.kube.harness import KubeSim
 
 TAINT_KEY = "gpuhealth.io/unhealthy"
 WAIT_S = 15.0
-ANCHOR = "NVSentinel's default polling: 15-45 s from fault to cordon (REFERENCE.md)"
+ANCHOR = "NVSentinel's default polling: 15-45 s from fault to cordon (docs/benchmarks.md, Reference figures)"
 
 
 class TaintWatcher:

@@ -50,7 +50,6 @@ _GRADE_WORDS: dict[str, Grade] = {
     "failure": Grade.FAIL,
 }
 
-HEALTH_WARN_VALUE = 10
 HEALTH_FAIL_VALUE = 20
 
 

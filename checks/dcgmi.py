@@ -21,7 +21,7 @@ the document is taken from the first ``{`` to the last ``}``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from checks.dcgm import Grade, diag_finding, grade_from_text, health_finding
@@ -296,8 +296,3 @@ def diag_findings(result: DiagResult, uuids: Mapping[int, str]) -> list[Finding]
             if finding is not None:
                 found.append(finding)
     return found
-
-
-def uuid_by_index(indexes_and_uuids: Sequence[tuple[int, str]]) -> dict[int, str]:
-    """DCGM names GPUs by index; a snapshot's (index, uuid) pairs turn them into UUIDs."""
-    return dict(indexes_and_uuids)

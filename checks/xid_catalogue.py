@@ -5,9 +5,9 @@ analyzing-xid-catalog.html) and its spreadsheet ``Xid-Catalog.xlsx``, column "Re
 Action)". NVIDIA publishes it for Ampere and newer; its older page for Volta and earlier gives no buckets,
 so the same table serves V100 too.
 
-The six plain buckets map onto our actions as CONTRACTS.md fixes (:data:`BUCKET_ACTION`). Rows whose bucket is
-a workflow, another NVIDIA class, or empty in the catalogue carry the action we chose and a ``note`` saying
-why; ``checks/xid.py`` refines the workflow rows with the other XIDs seen on the same GPU.
+The six plain buckets map onto our actions as docs/checks.md fixes (:data:`BUCKET_ACTION`). Rows whose
+bucket is a workflow, another NVIDIA class, or empty in the catalogue carry the action we chose and a
+``note`` saying why; ``checks/xid.py`` refines the workflow rows with the other XIDs seen on the same GPU.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ BUCKET_ACTION: dict[Bucket, Action] = {
     Bucket.RESTART_BM: Action.REBOOT,
     Bucket.CONTACT_SUPPORT: Action.REPLACE,
 }
-"""The fixed mapping of CONTRACTS.md section 2; every other bucket needs a decision recorded in the row."""
+"""The fixed mapping (docs/checks.md, "Findings and the verdict"); other buckets' rows record a decision."""
 
 
 def status_for_action(action: Action) -> Status:

@@ -1,13 +1,15 @@
 """JSON Schemas of the public formats, generated from the models.
 
-``python -m gpuhealth.schemas --write`` regenerates ``docs/schemas/``; a test fails when the committed files
-drift from the models, so a model change can never silently change a public contract.
+``python -m gpuhealth.schemas --write`` regenerates ``docs/schemas/``; ``--check`` exits 1 naming each
+committed file that drifted from the models (CI runs it, and tests/contract/test_schemas.py checks the same),
+so a model change can never silently change a public contract. Without a flag it prints the schemas.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +51,42 @@ def render(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="write the files into docs/schemas/")
-    args = parser.parse_args()
+def drifted() -> list[str]:
+    """One line per file of ``docs/schemas/`` that is missing or differs from what the models generate."""
+    problems = []
+    for name, schema in generated_schemas().items():
+        path = SCHEMA_DIR / name
+        if not path.is_file():
+            problems.append(f"docs/schemas/{name}: missing")
+        elif path.read_text(encoding="utf-8") != render(schema):
+            problems.append(f"docs/schemas/{name}: differs from the models")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print, write (``--write``) or check (``--check``) the schemas; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m gpuhealth.schemas", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="write the files into docs/schemas/")
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 naming each file in docs/schemas/ that drifted"
+    )
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = drifted()
+        for line in problems:
+            print(line, file=sys.stderr)
+        if problems:
+            print("regenerate with: python -m gpuhealth.schemas --write", file=sys.stderr)
+        return 1 if problems else 0
     for name, schema in generated_schemas().items():
         if args.write:
             SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
             (SCHEMA_DIR / name).write_text(render(schema), encoding="utf-8")
         else:
             print(render(schema), end="")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """An executor that cannot act (the orchestrator refused its credential) makes the node's verdict ``unknown``.
 
 The agent keeps running and keeps judging its GPUs, but what it reports must not read as "all is well
-here": a finding with status ``unknown`` (CONTRACTS.md section 2: a source that should answer and cannot)
+here": a finding with status ``unknown`` (docs/checks.md: a source that should answer and cannot)
 says the node's remediation is blind, and the aggregator shows the node ``unknown`` once the state
 machine's ``unknown_readings`` have passed. The executor itself logs the cause once. Both the Kubernetes
 and the Nomad executor expose ``problem`` (see ``remediation.forbidden_hold``).

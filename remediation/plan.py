@@ -1,7 +1,7 @@
 """The pure remediation plan: desired node state from ``NodeHealth`` + policy, diffed against ``NodeFacts``.
 
 ``plan()`` returns only the steps that change something, so a healthy node whose facts already match gets
-no steps at all (zero API writes). Rules (issue 4 point 3, CONTRACTS.md section 4):
+no steps at all (zero API writes). Rules (docs/agent.md, "What the agent writes on its Node"):
 
 * Mark (``policy.mark``): condition ``GPUHealthy`` True for healthy/degraded, False for unhealthy/quarantined,
   Unknown for unknown/testing, reason and message from the health; label ``gpuhealth.io/state``.

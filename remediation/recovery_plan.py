@@ -1,4 +1,4 @@
-"""The pure rules of the recovery loop: after the drain, reset or reboot, then validate (issue 10 point 4).
+"""The pure rules of the recovery loop: after the drain, reset or reboot, then validate (docs/recovery.md).
 
 :func:`plan_recovery` is called by ``remediation.plan.plan`` last, after the drain rule, and adds at most
 one recovery step per pass:

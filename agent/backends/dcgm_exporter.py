@@ -287,11 +287,6 @@ def findings_for_page(text: str, snapshot: NodeSnapshot | None, checks: ChecksCo
     return exporter_findings(gpus, checks, node=snapshot.node if snapshot is not None else "")
 
 
-def page_gpus(text: str) -> list[ExporterGpu]:
-    """The GPUs a page names (ExporterError when it is not a dcgm-exporter page)."""
-    return parse_metrics(text)
-
-
 def host_of(gpus: Iterable[ExporterGpu]) -> str | None:
     """The host label of the page's first GPU that has one (``hostname`` or ``Hostname``)."""
     return next((gpu.hostname for gpu in gpus if gpu.hostname), None)

@@ -17,7 +17,6 @@ class GpuProfile:
 
     key: str
     name: str  # nvmlDeviceGetName, exactly as the driver spells it
-    architecture: str
     default_gpu_count: int
     bus_numbers: tuple[int, ...]  # PCI bus of each GPU in enumeration order (HGX / DGX board layouts)
     pci_device_id: int  # nvmlPciInfo_t.pciDeviceId: (device << 16) | vendor 0x10DE
@@ -42,7 +41,6 @@ PROFILES: Final[dict[str, GpuProfile]] = {
         GpuProfile(
             key="h100_sxm",
             name="NVIDIA H100 80GB HBM3",
-            architecture="Hopper",
             default_gpu_count=8,
             bus_numbers=_HGX_BUSES,
             pci_device_id=0x233010DE,
@@ -60,7 +58,6 @@ PROFILES: Final[dict[str, GpuProfile]] = {
         GpuProfile(
             key="h200_sxm",
             name="NVIDIA H200",
-            architecture="Hopper",
             default_gpu_count=8,
             bus_numbers=_HGX_BUSES,
             pci_device_id=0x233510DE,
@@ -78,7 +75,6 @@ PROFILES: Final[dict[str, GpuProfile]] = {
         GpuProfile(
             key="a100_pcie",
             name="NVIDIA A100 80GB PCIe",
-            architecture="Ampere",
             default_gpu_count=4,
             bus_numbers=(0x17, 0x65, 0xCA, 0xE3, 0x31, 0x4B, 0xB1, 0x98),
             pci_device_id=0x20B510DE,
@@ -96,7 +92,6 @@ PROFILES: Final[dict[str, GpuProfile]] = {
         GpuProfile(
             key="v100_sxm2",
             name="Tesla V100-SXM2-32GB",
-            architecture="Volta",
             default_gpu_count=8,
             bus_numbers=(0x06, 0x07, 0x0A, 0x0B, 0x85, 0x86, 0x89, 0x8A),
             pci_device_id=0x1DB510DE,

@@ -15,7 +15,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from gpuhealth.core.findings import Action, Finding, Status, Verdict
 from gpuhealth.core.health import NodeState
 
-REPORT_SCHEMA = "gpuhealth.report/v1"
 NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
 MAX_SEQ = 2**63 - 1
 _EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)

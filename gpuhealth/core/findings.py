@@ -1,4 +1,4 @@
-"""Findings and the node verdict (CONTRACTS.md section 2)."""
+"""Findings and the node verdict (docs/checks.md, "Findings and the verdict")."""
 
 from __future__ import annotations
 

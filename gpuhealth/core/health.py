@@ -1,4 +1,4 @@
-"""The debounced health of one node: its state, and the incident that is open on it (DESIGN: NodeHealth).
+"""The debounced health of one node: its state, and the incident that is open on it (docs/agent.md).
 
 Produced by the state machine (``agent/state_machine.py``) from successive verdicts; consumed by the
 remediation plan (``remediation/plan.py``), the aggregator reports and the metrics.
@@ -15,7 +15,10 @@ from gpuhealth.core.findings import Action, Finding
 
 
 class NodeState(StrEnum):
-    """The value of the node label ``gpuhealth.io/state`` (CONTRACTS.md section 4)."""
+    """The value of the node label ``gpuhealth.io/state``; on Nomad, of the node metadata ``gpuhealth.state``.
+
+    See docs/agent.md, "What the agent writes on its Node", and docs/nomad.md.
+    """
 
     HEALTHY = "healthy"
     DEGRADED = "degraded"  # warn-level findings held for N readings; node stays in service

@@ -1,4 +1,4 @@
-"""Snapshot format v1: one reading of one node's GPUs (see docs/snapshot.md and CONTRACTS.md).
+"""Snapshot format v1: one reading of one node's GPUs (see docs/snapshot.md; JSON Schema in docs/schemas/).
 
 Every GPU field except ``index`` and ``uuid`` may be ``null``: NVML reported it as not supported on this
 GPU or driver, or it could not be read. Checks treat ``null`` as "no signal", never as a fault.

@@ -1,6 +1,6 @@
 """What a drain does with each pod on the node: the policy (settings) and the pure per-pod decision.
 
-The decision follows ``kubectl drain`` (REFERENCE.md, "Kubernetes mechanics"): mirror pods and
+The decision follows ``kubectl drain`` (docs/drain.md, "Steps"): mirror pods and
 DaemonSet-owned pods are skipped (their controllers would put them straight back), and so is the agent itself;
 pods with ``emptyDir`` data and pods with no controller are refused unless the policy says otherwise
 (``delete_emptydir_data`` / ``force``, kubectl's flags), because evicting them loses data or the pod for good.

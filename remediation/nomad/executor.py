@@ -1,6 +1,6 @@
 """``NomadExecutor``: applies plan steps to one Nomad node (metadata, eligibility, drain) and watches it.
 
-How the steps map (CONTRACTS.md section 4, REFERENCE.md "Nomad mechanics"):
+How the steps map (docs/nomad.md, "How the executor maps each action"):
 
 * ``SetStateLabel`` / ``SetIncidentAnnotation`` / ``SetUnhealthyGpus`` -> dynamic node metadata
   ``gpuhealth.state`` / ``gpuhealth.incident`` / ``gpuhealth.unhealthy_gpus``; ``SetCondition`` has no
@@ -57,6 +57,7 @@ from remediation.nomad.node_view import (
     CONDITION,
     CORDONED,
     DRAINED,
+    ELIGIBLE,
     INCIDENT,
     INELIGIBLE,
     INELIGIBLE_BY,
@@ -354,7 +355,7 @@ class NomadExecutor(ExecutorCommon[NomadDrainState]):
                 if (index >= written if written else shown) or now - at > PENDING_TTL_S:
                     self._pending_eligibility = None
                 else:
-                    view["SchedulingEligibility"] = "eligible" if eligible else INELIGIBLE
+                    view["SchedulingEligibility"] = ELIGIBLE if eligible else INELIGIBLE
         view["Meta"] = meta
         return view
 

@@ -13,7 +13,7 @@ from typing import Any, Final, cast
 
 from gpuhealth.core.steps import ConditionStatus, NodeFacts, TaintEffect
 
-# The contract's keys (CONTRACTS.md section 4).
+# The contract's keys (docs/nomad.md, "What the agent does to its node").
 STATE: Final = "gpuhealth.state"
 INCIDENT: Final = "gpuhealth.incident"
 UNHEALTHY_GPUS: Final = "gpuhealth.unhealthy_gpus"

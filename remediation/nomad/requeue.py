@@ -1,9 +1,10 @@
 """Requeue of the batch jobs that ran on a drained Nomad node: stop every allocation of each job, once.
 
 A drain migrates service allocations, but a batch allocation is only stopped when the drain's deadline
-passes, and system jobs never move (REFERENCE.md, Nomad mechanics). A distributed training job whose
-member died with the node must restart as a whole, so for every batch job that had an allocation on the
-node we stop all of its live allocations; the scheduler places them again on eligible (healthy) nodes.
+passes, and system jobs never move (docs/nomad.md, "What the agent does to its node"). A distributed
+training job whose member died with the node must restart as a whole, so for every batch job that had an
+allocation on the node we stop all of its live allocations; the scheduler places them again on eligible
+(healthy) nodes.
 The caller records the incident in the node's metadata afterwards, so a restarted agent never requeues
 the same incident twice.
 

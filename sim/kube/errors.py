@@ -122,31 +122,9 @@ def method_not_allowed(
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
-    """415 UnsupportedMediaType for a PATCH body type the resource does not accept."""
-    return ApiError(
-        415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}"
-    )
-
-
-def not_acceptable(message: str) -> ApiError:
-    """406 NotAcceptable."""
-    return ApiError(406, "NotAcceptable", message)
-
-
 def expired(message: str) -> ApiError:
     """410 Expired (a watch or continue token older than the server's history)."""
     return ApiError(410, "Expired", message)
-
-
-def too_many_requests(
-    message: str, *, retry_after: int | None = None, causes: list[dict[str, str]] | None = None
-) -> ApiError:
-    """429 TooManyRequests (a blocked eviction, or an injected throttle)."""
-    details: dict[str, Any] | None = {"causes": causes} if causes else None
-    if retry_after is not None:
-        details = {**(details or {}), "retryAfterSeconds": retry_after}
-    return ApiError(429, "TooManyRequests", message, details=details, retry_after=retry_after)
 
 
 def internal(message: str) -> ApiError:
@@ -157,11 +135,6 @@ def internal(message: str) -> ApiError:
         f"Internal error occurred: {message}",
         details={"causes": [{"message": message}]},
     )
-
-
-def service_unavailable(message: str, *, retry_after: int | None = None) -> ApiError:
-    """503 ServiceUnavailable."""
-    return ApiError(503, "ServiceUnavailable", message, retry_after=retry_after)
 
 
 def success_status(code: int = 200, details: dict[str, Any] | None = None) -> KubeObject:

@@ -339,10 +339,6 @@ class _FieldSpec:
     default: str = ""
 
 
-def _fields(**entries: _FieldSpec) -> dict[str, _FieldSpec]:
-    return entries
-
-
 _META_FIELDS = {
     "metadata.name": _FieldSpec(("metadata", "name")),
     "metadata.namespace": _FieldSpec(("metadata", "namespace")),

@@ -294,12 +294,6 @@ class MemoryStore:
         with self._lock:
             self._listeners.append(listener)
 
-    def remove_listener(self, listener: WatchListener) -> None:
-        """Stop telling ``listener`` of changes."""
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
     def subscribe(
         self, resource: str, sink: EventSink, since_rv: int | None, *, name: str | None = None
     ) -> tuple[WatchStart, Callable[[], None]]:

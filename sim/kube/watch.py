@@ -89,12 +89,6 @@ class WatchHub:
         for loop, wake in streams:
             _wake_threadsafe(loop, wake)
 
-    @property
-    def open_count(self) -> int:
-        """How many streams are open now."""
-        with self._lock:
-            return len(self._open)
-
 
 def _wake_threadsafe(loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
     # A RuntimeError means the loop already closed: the stream is gone with it.

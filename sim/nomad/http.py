@@ -72,7 +72,6 @@ class Call:
 
 
 ReadHandler = Callable[[Call], tuple[Any, int]]
-WriteHandler = Callable[[Call], Any]
 
 
 @dataclass(frozen=True)

@@ -145,11 +145,6 @@ def normalise_job(body: Any, *, now: datetime) -> JsonDict:
     return job
 
 
-def group_of(job: JsonDict, name: str) -> JsonDict:
-    """A job's task group by name."""
-    return next(group for group in job["TaskGroups"] if group["Name"] == name)
-
-
 def device_requests(group: JsonDict) -> list[DeviceRequest]:
     """Every device request of a task group, task by task."""
     return [

@@ -21,7 +21,6 @@ NAMESPACE: Final = "default"
 JOB_TYPES: Final = frozenset({"service", "batch", "system"})
 GPU_VENDOR: Final = "nvidia"
 GPU_TYPE: Final = "gpu"
-ZERO_TIME: Final = "0001-01-01T00:00:00Z"
 
 # Node fields that GET /v1/nodes (NodeListStub) carries; resources only with ?resources=true.
 _NODE_STUB_FIELDS: Final = (
@@ -248,12 +247,3 @@ def job_stub(job: JsonDict) -> JsonDict:
     stub["Periodic"] = bool(job.get("Periodic"))
     stub["ParameterizedJob"] = bool(job.get("ParameterizedJob"))
     return stub
-
-
-def device_instances(node: JsonDict) -> list[tuple[JsonDict, JsonDict]]:
-    """Every (device group, instance) pair of a node."""
-    return [
-        (group, instance)
-        for group in node["NodeResources"].get("Devices") or []
-        for instance in group.get("Instances") or []
-    ]

@@ -13,8 +13,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-SCHEMA_V1 = "gpuhealth.scenario/v1"
-GPU_PROFILES = ("h100_sxm", "h200_sxm", "a100_pcie", "v100_sxm2")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 

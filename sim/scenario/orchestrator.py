@@ -1,4 +1,4 @@
-"""The seam between the scenario engine and an emulated orchestrator (Kubernetes today, Nomad later).
+"""The seam between the scenario engine and an emulated orchestrator (Kubernetes or Nomad).
 
 The engine never names an orchestrator's objects: it asks this protocol to build the fleet, start the
 workloads, wire an agent to a node, and read back what the agents did (state, taint, cordon, pods, job

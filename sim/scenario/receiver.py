@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -21,15 +19,12 @@ class ReceivedAlert:
     status: str
     node: str | None
     summary: str
-    received_s: float  # seconds since the receiver started
 
 
 class AlertReceiver:
     """Records every alert POSTed to it; ``url`` is what the webhook sink is configured with."""
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._monotonic = monotonic
-        self._started = self._monotonic()
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._alerts: list[ReceivedAlert] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -70,7 +65,6 @@ class AlertReceiver:
             status=str(document.get("status") or ""),
             node=document.get("node") if isinstance(document.get("node"), str) else None,
             summary=str(document.get("summary") or ""),
-            received_s=self._monotonic() - self._started,
         )
         with self._lock:
             self._alerts.append(alert)

@@ -1,4 +1,4 @@
-"""`gpuhealth check` and `gpuhealth snapshot` through the installed console script (CONTRACTS.md 2 and 3).
+"""`gpuhealth check` and `gpuhealth snapshot` through the installed console script (docs/checks.md, docs/snapshot.md).
 
 This machine has no NVIDIA driver, which is itself a case the contract covers: the live commands must say
 so clearly, with exit 3 (unknown), never a traceback.

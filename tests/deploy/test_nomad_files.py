@@ -1,5 +1,5 @@
 """The Nomad deployment files (deploy/nomad) and docs/nomad.md, parsed with python-hcl2 and checked for what
-point 3 of issue 8 promises: an agent system job on GPU nodes that reserves no GPU, reads NVML through the
+docs/nomad.md promises: an agent system job on GPU nodes that reserves no GPU, reads NVML through the
 NVIDIA runtime and the kernel log with CAP_SYSLOG only, and talks to its local Nomad client with its workload
 identity; an aggregator service job with its secrets from Nomad variables; a least-privilege ACL policy; and
 a training-job example, kept in one file that the documentation includes word for word.

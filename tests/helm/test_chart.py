@@ -1,5 +1,5 @@
 """The Helm chart `helm/gpuhealth`, rendered by Helm's own engine (helm-python-sdk), linted, validated against
-the Kubernetes schemas (kubernetes-validate, strict), and checked for what point 7 of issue 4 promises: an
+the Kubernetes schemas (kubernetes-validate, strict), and checked for what docs/helm.md promises: an
 agent DaemonSet with only the privileges NVML and /dev/kmsg need, least-privilege RBAC, and admission policies
 that confine the agent to its own node.
 """

@@ -1,4 +1,4 @@
-"""Snapshot v1 model: what CONTRACTS.md section 1 says is valid, invalid, optional and ignored."""
+"""Snapshot v1 model: what docs/snapshot.md says is valid, invalid, optional and ignored."""
 
 from __future__ import annotations
 

@@ -72,7 +72,10 @@ WORKLOAD_CONTROLLER_NAMES: tuple[str, ...] = (
     "volcano",
     "foreground-deletion",
 )
-"""The training-job operators' controllers (issue 6); switch them off with ``enabled=`` like any other."""
+"""The training-job operators' controllers (the kinds docs/requeue.md requeues).
+
+Switch them off with ``enabled=`` like any other.
+"""
 
 
 class UnknownControllerError(ValueError):

@@ -1,4 +1,4 @@
-"""Runbook: drain and requeue by the agent, behind a permit, on a 16-node emulated fleet (issue 6 point 4).
+"""Runbook: drain and requeue by the agent, behind a permit, on a 16-node emulated fleet (docs/drain.md, docs/requeue.md).
 
 Every controller runs (scheduler, kubelet, job, daemonset, disruption, JobSet, Kueue, Volcano, ...) on real
 time, as in ``tests/kube/test_requeue_e2e.py``: the drain waits for pods to really go, and the workload

@@ -1,4 +1,4 @@
-"""Runbook: the recovery loop after the drain — reset or reboot, validate, release (issue 10 point 5).
+"""Runbook: the recovery loop after the drain — reset or reboot, validate, release (docs/recovery.md).
 
 Real agents (``build_agent``: fake NVML, the Kubernetes executor with drain on, recovery on) against an
 emulated API server with its controllers on real time and a live aggregator granting permits. The GPU reset

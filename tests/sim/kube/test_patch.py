@@ -60,7 +60,7 @@ def test_node_status_conditions_merge_by_type() -> None:
 
 
 def test_json_merge_patch_replaces_the_conditions_list_whole() -> None:
-    """RFC 7386 (and REFERENCE.md): a JSON merge patch replaces lists, dropping Ready."""
+    """RFC 7386: a JSON merge patch replaces lists, dropping Ready."""
     patch = {"status": {"conditions": [{"type": "GPUHealthy", "status": "False"}]}}
     patched = json_merge_patch(_node(), patch)
     assert patched["status"]["conditions"] == [{"type": "GPUHealthy", "status": "False"}]
