@@ -199,9 +199,7 @@ class Agent:
             health, facts, self.parts.policy, self._memory, recovery=self.parts.recovery, now=self.clock.now()
         )
 
-    def _act(
-        self, planned: PlanResult, health: NodeHealth
-    ) -> tuple[ApplyReport, tuple[Step, ...], list[str]]:
+    def _act(self, planned: PlanResult, health: NodeHealth) -> Applied:
         """Apply the plan: mark and taint at once, then the steps a permit allows. Asking the aggregator for
         a permit (a network call that may be slow or time out) must never delay the taint that keeps new
         work off a faulty node. A diagnostic starts only once our taint is on."""
