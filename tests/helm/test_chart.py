@@ -746,12 +746,19 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     ]
 
 
-def test_image_installs_the_package_from_source_and_runs_gpuhealth() -> None:
-    """python:3.11-slim base, `pip install .`, a non-root default user, entrypoint `gpuhealth`."""
+def test_image_is_built_in_two_stages_on_a_pinned_base_and_runs_gpuhealth_unprivileged() -> None:
+    """One Python and Debian release pinned by default (a digest may be passed), the wheels built in a
+    build stage and installed offline in the image (no source tree, no compiler), a non-root default user,
+    entrypoint `gpuhealth`."""
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    [base] = [args for ins, args in instructions if ins == "ARG" and args.startswith("PYTHON_IMAGE=")]
+    assert re.fullmatch(r"PYTHON_IMAGE=python:3\.11\.\d+-slim-[a-z]+", base)
+    froms = [args for ins, args in instructions if ins == "FROM"]
+    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
     runs = [shlex.split(args) for ins, args in instructions if ins == "RUN"]
-    assert any(cmd[:3] == ["pip", "install", "."] for cmd in runs)
+    assert any(cmd[:2] == ["pip", "wheel"] and "--only-binary=:all:" in cmd for cmd in runs)
+    installs = [cmd for cmd in runs if "install" in cmd and "--no-index" in cmd]
+    assert installs and installs[0][-1] == "gpuhealth"
     users = [args for ins, args in instructions if ins == "USER"]
     assert users and not users[-1].startswith(("0", "root"))
     entrypoints = [json.loads(args) for ins, args in instructions if ins == "ENTRYPOINT"]
