@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from structlog.testing import capture_logs
+from waiting import wait_until
 
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.steps import Cordon, SetCondition, SetStateLabel, SetTaint
@@ -20,16 +21,6 @@ from sim.kube.harness import KubeSim
 
 NODE = "gpu-node-0"
 StoredNode = Callable[..., dict[str, Any]]
-
-
-def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    """Hang guard for facts that arrive through the watch thread."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_facts_come_from_the_watch_without_a_request_per_call(executor: KubernetesExecutor) -> None:
@@ -77,7 +68,7 @@ def test_changes_outside_our_facts_do_not_wake_the_loop(
     """A label we do not own changes: nothing for the planner, so no wake-up."""
     human.patch_node(NODE, {"metadata": {"labels": {"team": "research"}}})
 
-    assert eventually(lambda: stored_node()["metadata"]["labels"].get("team") == "research")
+    assert wait_until(lambda: stored_node()["metadata"]["labels"].get("team") == "research")
     assert not executor.wait_for_change(0.5)
 
 

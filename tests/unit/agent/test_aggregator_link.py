@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from live_aggregator import LiveAggregator, free_port
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.aggregator_link import AggregatorLink
 from agent.backends.fake_nvml import FakeNvml
@@ -30,7 +31,6 @@ from remediation.plan import facts_after
 
 NODE = "gpu-node-0"
 TOKEN = "unit-test-token"
-HANG_GUARD_S = 10.0
 
 
 class FakeNode:
@@ -245,9 +245,7 @@ def test_the_sender_thread_delivers_without_being_asked(agent: Agent, ops: Aggre
     link.start()
     try:
         agent.tick()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while link.stats.accepted == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: link.stats.accepted != 0)
     finally:
         link.stop()
 
