@@ -56,7 +56,7 @@ def human(sim: KubeSim) -> Iterator[client.CoreV1Api]:
     """Another client, standing for a person with kubectl or another controller."""
     api_client = sim.api_client()
     yield client.CoreV1Api(api_client)
-    api_client.close()  # type: ignore[no-untyped-call]
+    api_client.close()
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def make_executor(
     for executor in created:
         executor.close()
     for api_client in clients:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
 
 
 @pytest.fixture

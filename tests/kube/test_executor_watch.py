@@ -111,7 +111,7 @@ def test_after_410_expired_the_watch_lists_again_and_catches_up(
             assert "node watch expired, listing again" in [entry["event"] for entry in logs]
         finally:
             executor.close()
-            api_client.close()  # type: ignore[no-untyped-call]
+            api_client.close()
 
 
 def test_a_deleted_node_is_reported_as_not_existing(executor: KubernetesExecutor, sim: KubeSim) -> None:
@@ -231,4 +231,4 @@ def test_an_empty_node_name_is_refused(sim: KubeSim) -> None:
         with pytest.raises(KubeExecutorError, match="node name"):
             KubernetesExecutor(api_client, "", watch=False)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()

@@ -89,7 +89,7 @@ def test_jobset_without_restart_rule_restarts_all_its_pods_off_the_bad_node(kube
         )
         report = requeuer.requeue([victim], incident_id=INCIDENT, node=bad_node)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
     (outcome,) = report.outcomes
     assert (outcome.action, outcome.result, outcome.observed) == (
         RequeueAction.SUSPEND_TOGGLE,
@@ -139,7 +139,7 @@ def test_volcano_job_without_eviction_policy_restarts_once_through_a_command(kub
         first = requeuer.requeue([victim], incident_id=INCIDENT, node=bad_node)
         second = requeuer.requeue([victim], incident_id=INCIDENT, node="gpu-node-2")
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
     assert [o.result for o in (*first.outcomes, *second.outcomes)] == [
         Result.REQUEUED,
         Result.ALREADY_REQUEUED,
@@ -202,7 +202,7 @@ def test_kueue_job_is_deactivated_and_readmitted_off_the_bad_node(kube: KubeSim)
         )
         report = requeuer.requeue(victims, incident_id=INCIDENT, node=bad_node)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
     (outcome,) = report.outcomes
     assert (outcome.action, outcome.result, outcome.observed) == (
         RequeueAction.WORKLOAD_ACTIVE_TOGGLE,

@@ -176,7 +176,7 @@ class KubeGpuNode(GpuNodeRig[KubernetesExecutor]):
     def close(self) -> None:
         super().close()
         for api_client in self._clients:
-            api_client.close()  # type: ignore[no-untyped-call]  # the client's close() has no annotations
+            api_client.close()
 
     # --- what the API server holds ---------------------------------------------------------------------
 
@@ -250,7 +250,8 @@ class NomadGpuNode(GpuNodeRig[NomadExecutor]):
         return self.meta().get("gpuhealth.state")
 
     def eligible(self) -> bool:
-        return self.node()["SchedulingEligibility"] == "eligible"
+        eligibility: str = self.node()["SchedulingEligibility"]
+        return eligibility == "eligible"
 
     def index(self) -> int:
         return int(self.node()["ModifyIndex"])

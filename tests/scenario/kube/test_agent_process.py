@@ -76,7 +76,8 @@ def answers(url: str, status: int = 200) -> bool:
 def node_label(kubeconfig: Path) -> str | None:
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     try:
-        labels = client.CoreV1Api(api_client).read_node(NODE).metadata.labels or {}
+        metadata = client.CoreV1Api(api_client).read_node(NODE).metadata
+        labels = (metadata.labels if metadata is not None else None) or {}
     finally:
         api_client.close()
     return labels.get("gpuhealth.io/state")

@@ -11,7 +11,7 @@ from scenario_rig import CLEAN_READINGS, DWELL_S, KubeGpuNode
 def test_xid_79_marks_labels_and_taints_the_node_in_the_same_tick(gpu_node: KubeGpuNode) -> None:
     """XID 79 (GPU fell off the bus) -> GPUHealthy=False, label unhealthy, taint reboot:NoSchedule, at once."""
     gpu_node.tick()
-    assert gpu_node.condition() is not None and gpu_node.condition()["status"] == "True"
+    assert gpu_node.condition() is not None and gpu_node.condition()["status"] == "True"  # type: ignore[index]  # mypy cannot narrow a call: the first call's check guards the second
 
     gpu_node.xid(79, gpu=3)
     result = gpu_node.tick()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from live_aggregator import LiveAggregator
@@ -108,8 +108,8 @@ class Fleet:
         return result
 
     def executor(self, node: str) -> NomadExecutor:
-        executor: Any = self.agents[node].parts.executor
-        return executor  # the recovery wrapper hands the Nomad executor's extras through
+        # the recovery wrapper hands the Nomad executor's extras through
+        return cast(NomadExecutor, self.agents[node].parts.executor)
 
     def break_node(self, node: str) -> TickResult:
         """XID 79 on GPU 0 and the pass that handles it (permit asked, drain started if granted)."""
