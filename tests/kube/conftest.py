@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting import HANG_GUARD_S
 
 from gpuhealth.core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
@@ -78,7 +79,7 @@ def make_executor(
         executor = KubernetesExecutor(api_client, node, **kwargs)
         created.append(executor)
         if kwargs.get("watch", True):
-            assert executor.wait_synced(5.0), "the watch never listed the node"
+            assert executor.wait_synced(HANG_GUARD_S), "the watch never listed the node"
         return executor
 
     yield build

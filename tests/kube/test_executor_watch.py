@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from structlog.testing import capture_logs
-from waiting import wait_until
+from waiting import HANG_GUARD_S, wait_until
 
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.steps import Cordon, SetCondition, SetStateLabel, SetTaint
@@ -44,7 +44,7 @@ def test_a_human_uncordon_wakes_the_loop_and_updates_the_facts(
 
     human.patch_node(NODE, {"spec": {"unschedulable": False}})
 
-    assert executor.wait_for_change(5.0)
+    assert executor.wait_for_change(HANG_GUARD_S)
     facts = executor.facts()
     assert (facts.unschedulable, facts.cordoned_by_us) == (False, True)
 
@@ -58,7 +58,7 @@ def test_our_taint_removed_by_someone_else_is_seen_as_drift(
 
     human.patch_node(NODE, {"spec": {"taints": []}})
 
-    assert executor.wait_for_change(5.0)
+    assert executor.wait_for_change(HANG_GUARD_S)
     assert executor.facts().taint_value is None
 
 
@@ -94,7 +94,7 @@ def test_after_410_expired_the_watch_lists_again_and_catches_up(
         api_client = small.api_client()
         executor = KubernetesExecutor(api_client, NODE, clock=clock.now, sleep=clock.advance)
         try:
-            assert executor.wait_synced(5.0)
+            assert executor.wait_synced(HANG_GUARD_S)
             small.faults.outage(1, refuse_connections=True)
             for number in range(10):
                 node = small.store.get("nodes", None, NODE)
@@ -105,7 +105,7 @@ def test_after_410_expired_the_watch_lists_again_and_catches_up(
                 small.store.update("nodes", node)
             with capture_logs() as logs:
                 clock.advance(1)  # the listener comes back
-                assert executor.wait_for_change(10.0)
+                assert executor.wait_for_change(HANG_GUARD_S)
 
             assert executor.facts().state_label == "quarantined"
             assert "node watch expired, listing again" in [entry["event"] for entry in logs]
@@ -118,7 +118,7 @@ def test_a_deleted_node_is_reported_as_not_existing(executor: KubernetesExecutor
     """The node object goes away (node deleted from the cluster): facts say exists=False."""
     sim.store.delete("nodes", None, NODE)
 
-    assert executor.wait_for_change(5.0)
+    assert executor.wait_for_change(HANG_GUARD_S)
     assert not executor.facts().exists
 
 

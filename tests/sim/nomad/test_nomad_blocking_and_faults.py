@@ -14,7 +14,7 @@ import httpx
 import nomad
 import pytest
 from nomad.api.exceptions import BaseNomadException
-from waiting import wait_until
+from waiting import HANG_GUARD_S, wait_until
 
 from gpuhealth.core.clock import ManualClock
 from sim.nomad.harness import NomadSim
@@ -127,7 +127,7 @@ def test_stopping_the_sim_answers_open_blocking_queries_at_once() -> None:
     stop_took = time.monotonic() - started
     poller.join(30)
     assert answers == [200]
-    assert stop_took < 20  # hang guard: without the wake-up the poll would hold for minutes
+    assert stop_took < HANG_GUARD_S  # without the wake-up the poll would hold for minutes
 
 
 def _open_long_poll(sim: NomadSim) -> socket.socket:
