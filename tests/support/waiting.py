@@ -19,12 +19,13 @@ spare; where a test also uses it as a configured deadline (a drain or reset time
 never to be reached."""
 
 SLOW_HANG_GUARD_S = 90.0
-"""The bound for what waits on a new Python process: the aggregator served by ``gpuhealth aggregator`` (its
-imports, then its Alembic migrations, on SQLite or PostgreSQL), the agent or the emulator started as
-``python -m gpuhealth.cli.main ...``, fake ``dcgmi`` scripts run by the diagnostics. A start takes about a
-second alone; the imports of the Kubernetes client, FastAPI, SQLAlchemy and pydantic can take tens of
-seconds on a loaded CI host running the suite on every core, which an in-process guard would mistake for a
-hang."""
+"""The bound for what waits on a new Python process that imports the package: the aggregator served by
+``gpuhealth aggregator`` (its imports, then its Alembic migrations, on SQLite or PostgreSQL), the agent or
+the emulator started as ``python -m gpuhealth.cli.main ...``. A start takes about a second alone; the
+imports of the Kubernetes client, FastAPI, SQLAlchemy and pydantic can take tens of seconds on a loaded CI
+host running the suite on every core, which an in-process guard would mistake for a hang. The diagnostics
+runner's unit tests use it too: their waits on fake ``dcgmi`` runs always had a bound above ``HANG_GUARD_S``
+(30 s), kept at least as large."""
 
 POLL_INTERVAL_S = 0.01
 """How often ``wait_until`` asks by default: short enough to add no noticeable latency, long enough to leave
