@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from waiting import HANG_GUARD_S, wait_until
+
 from tests.aggregator.postgres import free_port
 
 
@@ -67,12 +69,15 @@ class Receiver:
         with self._lock:
             return [item.json() for item in self.received]
 
-    def wait_for(self, count: int, timeout_s: float = 20.0) -> list[Received]:
+    def wait_for(self, count: int, timeout_s: float = HANG_GUARD_S) -> list[Received]:
         """The first ``count`` requests, once they arrived (hang guard ``timeout_s``)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        seen: list[Received] = []
+
+        def arrived() -> bool:
             with self._lock:
-                if len(self.received) >= count:
-                    return list(self.received)
-            time.sleep(0.02)
-        raise AssertionError(f"expected {count} deliveries, got {len(self.received)}")
+                seen[:] = self.received
+            return len(seen) >= count
+
+        if not wait_until(arrived, timeout=timeout_s, interval=0.02):
+            raise AssertionError(f"expected {count} deliveries, got {len(seen)}")
+        return seen

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from waiting import SLOW_HANG_GUARD_S, wait_until
 
 from aggregator.app import create_app
 from aggregator.settings import AggregatorSettings, load_settings
@@ -117,19 +117,16 @@ def _spawn(config: Path, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = (
-        time.monotonic() + 90
-    )  # hang guard: a start takes about a second, much more on a loaded CI host
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"aggregator exited with {process.returncode}: {log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                return
+            return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"aggregator did not become ready: {log.read_text()[-2000:]}")
+            return False
+
+    if not wait_until(ready, timeout=SLOW_HANG_GUARD_S, interval=0.05):
+        raise RuntimeError(f"aggregator did not become ready: {log.read_text()[-2000:]}")
 
 
 StartAggregator = Callable[..., LiveAggregator]

@@ -97,10 +97,10 @@ class PostgresServer:
         """Create an empty database; returns its SQLAlchemy URL."""
         name = f"t_{uuid.uuid4().hex[:12]}"
         with self._admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+            conn.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
     def drop_database(self, url: str) -> None:
         name = url.rsplit("/", 1)[1]
         with self._admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

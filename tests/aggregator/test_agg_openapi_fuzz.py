@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -47,6 +48,6 @@ with warnings.catch_warnings():
 @settings(
     max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None
 )
-def test_no_generated_request_gets_a_server_error(case: schemathesis.Case) -> None:
+def test_no_generated_request_gets_a_server_error(case: schemathesis.Case[Any]) -> None:
     response = case.call(headers=AUTH)
     case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])

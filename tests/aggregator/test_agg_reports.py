@@ -3,6 +3,8 @@ manual requests and the repeat-offender hold — on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.testclient import TestClient
 
 from gpuhealth.core.clock import ManualClock
@@ -10,10 +12,10 @@ from tests.aggregator.builders import AUTH, report
 from tests.aggregator.conftest import MakeClient
 
 
-def post(client: TestClient, body: dict[str, object]) -> dict[str, object]:
+def post(client: TestClient, body: dict[str, object]) -> dict[str, Any]:
     response = client.post("/v1/reports", json=body, headers=AUTH)
     assert response.status_code == 200, response.text
-    result: dict[str, object] = response.json()
+    result: dict[str, Any] = response.json()
     return result
 
 
@@ -122,7 +124,7 @@ def test_repeat_offender_is_held_for_replacement_until_a_human_releases_it(make_
         post(client, report("node-1", seq, "healthy"))
     assert ack["hold"] is not None
     assert "repeat offender: 3 incidents in 7 days" in str(ack["hold"])
-    assert [r["kind"] for r in ack["pending_requests"]] == ["quarantine"]  # type: ignore[union-attr]
+    assert [r["kind"] for r in ack["pending_requests"]] == ["quarantine"]
     assert "node-1" in client.get("/v1/fleet", headers=AUTH).json()["quarantined"]
 
     released = client.post(
@@ -131,7 +133,7 @@ def test_repeat_offender_is_held_for_replacement_until_a_human_releases_it(make_
     assert released.status_code == 201
     after = post(client, report("node-1", seq + 1, "healthy"))
     assert after["hold"] is None
-    assert [r["kind"] for r in after["pending_requests"]] == ["release"]  # type: ignore[union-attr]
+    assert [r["kind"] for r in after["pending_requests"]] == ["release"]
     again = post(client, report("node-1", seq + 2, "unhealthy", incident="inc-4"))
     assert again["hold"] is None  # incidents before the human's release no longer count
 

@@ -9,6 +9,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
+from repo_paths import DOCS
 
 from aggregator.settings import AggregatorSettings, SettingsError, load_settings
 from aggregator.store.engine import StoreError, open_database
@@ -24,7 +25,7 @@ def test_every_setting_has_a_default_and_a_description() -> None:
 
 
 def test_configuration_doc_lists_every_setting_with_its_variable() -> None:
-    text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     assert "## Aggregator" in text
     for name in AggregatorSettings.model_fields:
         assert f"| `{name}` |" in text, name

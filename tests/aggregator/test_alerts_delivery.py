@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from tests.aggregator.alert_receiver import Receiver
 from tests.aggregator.builders import AUTH, TOKEN, report
@@ -55,13 +56,7 @@ def _alerts(live: LiveAggregator, **params: Any) -> list[dict[str, Any]]:
     return list(httpx.get(f"{live.url}/v1/alerts", params=params, headers=AUTH, timeout=10).json())
 
 
-def _wait(condition: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s  # hang guard
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+POLL_S = 0.05  # each poll is a request to the aggregator: no need to ask more often
 
 
 @pytest.mark.slow
@@ -78,7 +73,11 @@ def test_down_receiver_gets_every_alert_in_order_once_across_a_restart(
         _post(live.url, report(node, 2, "unhealthy", incident=incident))
         _post(live.url, report(node, 3, "healthy"))
     # Both incidents' first alert failed at least twice; the later ones wait behind them (order).
-    _wait(lambda: sum(d["attempts"] >= 2 for a in _alerts(live) for d in a["deliveries"]) == 2)
+    wait_until(
+        lambda: sum(d["attempts"] >= 2 for a in _alerts(live) for d in a["deliveries"]) == 2,
+        interval=POLL_S,
+        message="two deliveries retried",
+    )
     live.kill()
     live.restart()
     receiver.start()
@@ -122,7 +121,7 @@ def test_dead_letters_are_listed_and_retried_by_hand_through_the_cli(
         alert_sinks=[_sink(receiver, max_attempts=2), pd_sink],
     )
     _post(live.url, report("node-a", 1, "unhealthy", incident="inc-a"))
-    _wait(lambda: bool(_alerts(live, failed="true")))
+    wait_until(lambda: bool(_alerts(live, failed="true")), interval=POLL_S, message="a failed alert")
     assert len(receiver.received) == 2
 
     cli = [GPUHEALTH, "alerts", "--url", live.url, "--token", TOKEN]
@@ -137,7 +136,7 @@ def test_dead_letters_are_listed_and_retried_by_hand_through_the_cli(
 
     receiver.status = 200
     subprocess.run([*cli, "--retry", str(dead["id"])], capture_output=True, text=True, timeout=30, check=True)
-    _wait(lambda: not _alerts(live, failed="true"))
+    wait_until(lambda: not _alerts(live, failed="true"), interval=POLL_S, message="no failed alert")
     assert len(receiver.received) == 3
     [event] = pager.bodies()
     assert (event["event_action"], event["dedup_key"]) == ("trigger", "inc-a")
@@ -156,7 +155,11 @@ def test_a_slow_receiver_does_not_slow_report_ingest(
         alert_sinks=[_sink(receiver, timeout_s=10)],
     )
     _post(live.url, report("node-0", 1, "unhealthy", incident="inc-0"))
-    _wait(lambda: any(d["attempts"] == 0 for a in _alerts(live) for d in a["deliveries"]))
+    wait_until(
+        lambda: any(d["attempts"] == 0 for a in _alerts(live) for d in a["deliveries"]),
+        interval=POLL_S,
+        message="a delivery not yet attempted",
+    )
     time.sleep(0.2)  # the worker is now inside the 3 s request
     latencies = [
         _post(live.url, report(f"node-{n}", 1, "unhealthy", incident=f"inc-{n}")) for n in range(1, 20)

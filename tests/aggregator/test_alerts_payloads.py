@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import DOCS
 
 from aggregator.alert_settings import SinkSettings
 from aggregator.alerts.payloads import build
@@ -17,7 +17,7 @@ from aggregator.alerts.signing import SignatureError, sign, verify
 from gpuhealth.core.alerts_api import Alert
 
 NOW = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
-DOCS = Path(__file__).parents[2] / "docs" / "alerts.md"
+DOCS = DOCS / "alerts.md"
 BASE = "https://gpuhealth.example.com"
 
 

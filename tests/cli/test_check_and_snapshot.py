@@ -12,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
-SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
-KERNEL_LOGS = Path(__file__).parent.parent / "fixtures" / "kernel_logs"
+SNAPSHOTS = FIXTURES / "snapshots"
+KERNEL_LOGS = FIXTURES / "kernel_logs"
 
 
 def test_check_json_prints_the_verdict_and_exits_with_the_nagios_code(run_cli: RunCli) -> None:

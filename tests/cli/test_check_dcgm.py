@@ -7,9 +7,11 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from repo_paths import FIXTURES as TEST_FIXTURES
+
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 
 
 def test_saved_page_alone_judges_the_gpus_it_names(run_cli: RunCli) -> None:
@@ -65,7 +67,7 @@ def test_diag_file_with_page_maps_diag_gpus_to_page_uuids(run_cli: RunCli) -> No
 def test_bad_diag_file_is_one_line_and_exit_3(run_cli: RunCli, tmp_path: Path) -> None:
     bad = tmp_path / "diag.json"
     bad.write_text("Error: unable to connect to host engine\n")
-    snapshot = Path(__file__).parents[1] / "fixtures" / "snapshots"
+    snapshot = TEST_FIXTURES / "snapshots"
     first = sorted(snapshot.glob("*.json"))[0]
     result = run_cli("check", "--snapshot", str(first), "--dcgmi-diag", str(bad))
     assert result.returncode == 3

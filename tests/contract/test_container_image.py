@@ -18,15 +18,14 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from waiting import SLOW_HANG_GUARD_S, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HANG_GUARD_S = 60.0
 NODE = "gpu-node-0"
 
 
@@ -87,15 +86,6 @@ def gpuhealth_in_image(
     )
 
 
-def wait_for(predicate: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def answers(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2).status_code == 200
@@ -113,7 +103,7 @@ def stopped(process: subprocess.Popen[str]) -> int:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
     try:
-        return process.wait(HANG_GUARD_S)
+        return process.wait(SLOW_HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
@@ -131,7 +121,7 @@ def test_gpuhealth_help_runs_from_the_image_and_imports_only_from_it(
     image_prefix: Path, tmp_path: Path
 ) -> None:
     process = gpuhealth_in_image(image_prefix, "--help", cwd=tmp_path)
-    out, err = process.communicate(timeout=HANG_GUARD_S)
+    out, err = process.communicate(timeout=SLOW_HANG_GUARD_S)
     assert process.returncode == 0, err
     assert "aggregator" in out and "agent" in out
     probe = subprocess.run(
@@ -140,7 +130,7 @@ def test_gpuhealth_help_runs_from_the_image_and_imports_only_from_it(
         env=image_env(image_prefix),
         capture_output=True,
         text=True,
-        timeout=HANG_GUARD_S,
+        timeout=SLOW_HANG_GUARD_S,
         check=True,
     )
     assert all(Path(path).is_relative_to(image_prefix) for path in probe.stdout.split())
@@ -158,7 +148,10 @@ def test_the_aggregator_serves_from_the_image(image_prefix: Path, tmp_path: Path
         image_prefix, "aggregator", "--port", str(port), cwd=tmp_path, env=env, stderr=tmp_path / "err"
     )
     try:
-        ready = wait_for(lambda: answers(f"http://127.0.0.1:{port}/readyz") or server.poll() is not None)
+        ready = wait_until(
+            lambda: answers(f"http://127.0.0.1:{port}/readyz") or server.poll() is not None,
+            timeout=SLOW_HANG_GUARD_S,
+        )
         assert ready and server.poll() is None, (tmp_path / "err").read_text()
     finally:
         code = stopped(server)
@@ -189,10 +182,10 @@ def kube_sim(tmp_path: Path) -> Iterator[Path]:
         text=True,
     )
     try:
-        assert wait_for(kubeconfig.exists)
+        assert wait_until(kubeconfig.exists, timeout=SLOW_HANG_GUARD_S)
         yield kubeconfig
     finally:
-        stopped(sim)  # type: ignore[arg-type]  # a Popen[str] with its output dropped
+        stopped(sim)
 
 
 @pytest.mark.slow
@@ -220,7 +213,10 @@ def test_the_agent_runs_dry_from_the_image(image_prefix: Path, tmp_path: Path, k
         stderr=tmp_path / "err",
     )
     try:
-        ready = wait_for(lambda: answers(f"http://127.0.0.1:{port}/readyz") or agent.poll() is not None)
+        ready = wait_until(
+            lambda: answers(f"http://127.0.0.1:{port}/readyz") or agent.poll() is not None,
+            timeout=SLOW_HANG_GUARD_S,
+        )
         assert ready and agent.poll() is None, (tmp_path / "err").read_text()
     finally:
         code = stopped(agent)

@@ -16,15 +16,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from waiting import SLOW_HANG_GUARD_S, wait_until
 
 NODE = "gpu-node-0"
-HANG_GUARD_S = 60.0
 REPO_ROOT = Path(__file__).parents[2]
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(?P<module>[\w.]+)\s*$")
 
@@ -33,15 +32,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def ready(url: str) -> bool:
@@ -69,7 +59,7 @@ def stopped(process: subprocess.Popen[bytes]) -> int:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
     try:
-        return process.wait(HANG_GUARD_S)
+        return process.wait(SLOW_HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
@@ -93,7 +83,7 @@ def kube_sim(tmp_path: Path) -> Iterator[Path]:
         "sim", "kube", "--nodes", "1", "--kubeconfig-out", str(kubeconfig), stderr=tmp_path / "sim.err"
     )
     try:
-        assert wait_for(kubeconfig.exists), (tmp_path / "sim.err").read_text()
+        assert wait_until(kubeconfig.exists, timeout=SLOW_HANG_GUARD_S), (tmp_path / "sim.err").read_text()
         yield kubeconfig
     finally:
         stopped(sim)
@@ -125,7 +115,10 @@ def run_agent_until_ready(tmp_path: Path, orchestrator_env: dict[str, str]) -> s
     stderr = tmp_path / "agent.err"
     agent = gpuhealth("agent", "--config", str(settings), env=env, stderr=stderr, importtime=True)
     try:
-        assert wait_for(lambda: ready(f"http://127.0.0.1:{port}/readyz") or agent.poll() is not None)
+        assert wait_until(
+            lambda: ready(f"http://127.0.0.1:{port}/readyz") or agent.poll() is not None,
+            timeout=SLOW_HANG_GUARD_S,
+        )
         assert agent.poll() is None, stderr.read_text()
     finally:
         assert stopped(agent) == 0, stderr.read_text()[-4000:]
@@ -157,7 +150,7 @@ def test_reading_the_agent_settings_loads_neither_orchestrator_client() -> None:
         [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
-        timeout=HANG_GUARD_S,
+        timeout=SLOW_HANG_GUARD_S,
         check=True,
         cwd=REPO_ROOT,
     )

@@ -9,10 +9,10 @@ import importlib.metadata
 import re
 import sys
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+from repo_paths import REPO_ROOT
+
+PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGES = PYPROJECT["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
 
 
@@ -29,7 +29,7 @@ def _imported_top_level_modules() -> dict[str, str]:
     """Top-level module -> the first file importing it, over every module of the shipped packages."""
     found: dict[str, str] = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     modules = [alias.name for alias in node.names]
@@ -38,7 +38,7 @@ def _imported_top_level_modules() -> dict[str, str]:
                 else:
                     continue
                 for module in modules:
-                    found.setdefault(module.split(".")[0], str(path.relative_to(ROOT)))
+                    found.setdefault(module.split(".")[0], str(path.relative_to(REPO_ROOT)))
     return found
 
 

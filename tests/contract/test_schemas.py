@@ -7,10 +7,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from repo_paths import FIXTURES
 
 from gpuhealth.schemas import SCHEMA_DIR, generated_schemas, render
 
-SNAPSHOTS = sorted((Path(__file__).parent.parent / "fixtures" / "snapshots").glob("*.json"))
+SNAPSHOTS = sorted((FIXTURES / "snapshots").glob("*.json"))
 
 
 @pytest.mark.parametrize("name", sorted(generated_schemas()))

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import hcl2
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NOMAD_DIR = REPO_ROOT / "deploy" / "nomad"
 AGENT_JOB = NOMAD_DIR / "gpuhealth-agent.nomad.hcl"
 AGGREGATOR_JOB = NOMAD_DIR / "gpuhealth-aggregator.nomad.hcl"

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from live_aggregator import LiveAggregator
 from prometheus_client import CollectorRegistry
+from repo_paths import REPO_ROOT
 
 from agent.http import AgentHttpServer
 from agent.settings import AgentSettings, load_settings
@@ -33,7 +34,6 @@ from tests.deploy.nomad_hcl import (
     AGGREGATOR_JOB,
     NOMAD_DIR,
     NOMAD_DOC,
-    REPO_ROOT,
     TRAINING_EXAMPLE,
     Body,
     heredoc_body,

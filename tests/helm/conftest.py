@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import cel
 import helm_python as helm
 import pytest
 import yaml
+from repo_paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm" / "gpuhealth"
 RELEASE = "gpuhealth"
 NAMESPACE = "gpuhealth-system"

@@ -19,6 +19,7 @@ import helm_python as helm
 import kubernetes_validate  # type: ignore[import-untyped]  # ships no type information
 import pytest
 import yaml
+from repo_paths import REPO_ROOT
 
 from agent.settings import load_settings
 from tests.helm.conftest import (
@@ -26,7 +27,6 @@ from tests.helm.conftest import (
     CHART_DIR,
     NAMESPACE,
     NODE_NAME_EXTRA,
-    REPO_ROOT,
     Manifest,
     PolicyUnderTest,
     Render,

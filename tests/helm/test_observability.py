@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from repo_paths import REPO_ROOT
 
 from agent.metrics import AgentMetrics
 from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
 from gpuhealth.core.clock import utc_now
-from tests.helm.conftest import CHART_DIR, REPO_ROOT, Render, one
+from tests.helm.conftest import CHART_DIR, Render, one
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "gpuhealth-fleet.json"
 RULES = REPO_ROOT / "deploy" / "prometheus" / "gpuhealth.rules.yaml"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting import HANG_GUARD_S
 
 from gpuhealth.core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
@@ -56,7 +57,7 @@ def human(sim: KubeSim) -> Iterator[client.CoreV1Api]:
     """Another client, standing for a person with kubectl or another controller."""
     api_client = sim.api_client()
     yield client.CoreV1Api(api_client)
-    api_client.close()  # type: ignore[no-untyped-call]
+    api_client.close()
 
 
 @pytest.fixture
@@ -78,14 +79,14 @@ def make_executor(
         executor = KubernetesExecutor(api_client, node, **kwargs)
         created.append(executor)
         if kwargs.get("watch", True):
-            assert executor.wait_synced(5.0), "the watch never listed the node"
+            assert executor.wait_synced(HANG_GUARD_S), "the watch never listed the node"
         return executor
 
     yield build
     for executor in created:
         executor.close()
     for api_client in clients:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def make_drainer(sim: KubeSim, clock: ManualClock) -> Iterator[Callable[..., tup
 
     yield build
     for api_client in clients:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
 
 
 def _names(sim: KubeSim) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from structlog.testing import capture_logs
+from waiting import HANG_GUARD_S, wait_until
 
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.steps import Cordon, SetCondition, SetStateLabel, SetTaint
@@ -20,16 +21,6 @@ from sim.kube.harness import KubeSim
 
 NODE = "gpu-node-0"
 StoredNode = Callable[..., dict[str, Any]]
-
-
-def eventually(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    """Hang guard for facts that arrive through the watch thread."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_facts_come_from_the_watch_without_a_request_per_call(executor: KubernetesExecutor) -> None:
@@ -53,7 +44,7 @@ def test_a_human_uncordon_wakes_the_loop_and_updates_the_facts(
 
     human.patch_node(NODE, {"spec": {"unschedulable": False}})
 
-    assert executor.wait_for_change(5.0)
+    assert executor.wait_for_change(HANG_GUARD_S)
     facts = executor.facts()
     assert (facts.unschedulable, facts.cordoned_by_us) == (False, True)
 
@@ -67,7 +58,7 @@ def test_our_taint_removed_by_someone_else_is_seen_as_drift(
 
     human.patch_node(NODE, {"spec": {"taints": []}})
 
-    assert executor.wait_for_change(5.0)
+    assert executor.wait_for_change(HANG_GUARD_S)
     assert executor.facts().taint_value is None
 
 
@@ -77,7 +68,7 @@ def test_changes_outside_our_facts_do_not_wake_the_loop(
     """A label we do not own changes: nothing for the planner, so no wake-up."""
     human.patch_node(NODE, {"metadata": {"labels": {"team": "research"}}})
 
-    assert eventually(lambda: stored_node()["metadata"]["labels"].get("team") == "research")
+    assert wait_until(lambda: stored_node()["metadata"]["labels"].get("team") == "research")
     assert not executor.wait_for_change(0.5)
 
 
@@ -103,7 +94,7 @@ def test_after_410_expired_the_watch_lists_again_and_catches_up(
         api_client = small.api_client()
         executor = KubernetesExecutor(api_client, NODE, clock=clock.now, sleep=clock.advance)
         try:
-            assert executor.wait_synced(5.0)
+            assert executor.wait_synced(HANG_GUARD_S)
             small.faults.outage(1, refuse_connections=True)
             for number in range(10):
                 node = small.store.get("nodes", None, NODE)
@@ -114,20 +105,20 @@ def test_after_410_expired_the_watch_lists_again_and_catches_up(
                 small.store.update("nodes", node)
             with capture_logs() as logs:
                 clock.advance(1)  # the listener comes back
-                assert executor.wait_for_change(10.0)
+                assert executor.wait_for_change(HANG_GUARD_S)
 
             assert executor.facts().state_label == "quarantined"
             assert "node watch expired, listing again" in [entry["event"] for entry in logs]
         finally:
             executor.close()
-            api_client.close()  # type: ignore[no-untyped-call]
+            api_client.close()
 
 
 def test_a_deleted_node_is_reported_as_not_existing(executor: KubernetesExecutor, sim: KubeSim) -> None:
     """The node object goes away (node deleted from the cluster): facts say exists=False."""
     sim.store.delete("nodes", None, NODE)
 
-    assert executor.wait_for_change(5.0)
+    assert executor.wait_for_change(HANG_GUARD_S)
     assert not executor.facts().exists
 
 
@@ -240,4 +231,4 @@ def test_an_empty_node_name_is_refused(sim: KubeSim) -> None:
         with pytest.raises(KubeExecutorError, match="node name"):
             KubernetesExecutor(api_client, "", watch=False)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()

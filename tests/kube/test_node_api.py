@@ -20,7 +20,7 @@ def api_client(sim: KubeSim) -> Iterator[client.ApiClient]:
     """A client of the emulator, closed after the test."""
     api_client = sim.api_client()
     yield api_client
-    api_client.close()  # type: ignore[no-untyped-call]
+    api_client.close()
 
 
 def test_the_watch_resumes_from_the_last_bookmark_not_from_where_it_started(

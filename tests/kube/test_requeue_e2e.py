@@ -7,12 +7,12 @@ Requeuer's suspend toggle restarts the whole gang: every pod is new, Running, an
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting import HANG_GUARD_S, wait_until
 
 from gpuhealth.core.clock import RealClock
 from remediation.kubernetes.requeue import (
@@ -28,7 +28,7 @@ from sim.kube.harness import KubeSim, running_kube_sim
 NS = "train"
 INCIDENT = "inc-gpu-node-3-20261202T141500Z-e2e1"
 JOBSET_KEY = "jobsets.jobset.x-k8s.io"
-HANG_GUARD_S = 20.0
+POLL_S = 0.05  # each poll lists pods through the store: no need to ask more often
 
 
 @pytest.fixture
@@ -37,14 +37,6 @@ def kube() -> Iterator[KubeSim]:
     with running_kube_sim(clock=RealClock(), nodes=5, workloads=True, bookmark_interval_s=0.2) as sim:
         sim.store.create("namespaces", {"metadata": {"name": NS}})
         yield sim
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` (the controllers run on their own thread); fail after the hang guard."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def one_pod_per_node() -> dict[str, Any]:
@@ -71,7 +63,7 @@ def start_jobset(kube: KubeSim) -> None:
         "spec": {"replicatedJobs": [{"name": "workers", "replicas": 4, "template": job}]},
     }
     kube.store.create(JOBSET_KEY, body)
-    wait_until(lambda: len(running_pods(kube)) == 4, "the JobSet's 4 pods to run")
+    wait_until(lambda: len(running_pods(kube)) == 4, interval=POLL_S, message="the JobSet's 4 pods to run")
 
 
 def test_jobset_without_restart_rule_restarts_all_its_pods_off_the_bad_node(kube: KubeSim) -> None:
@@ -87,13 +79,17 @@ def test_jobset_without_restart_rule_restarts_all_its_pods_off_the_bad_node(kube
         name = victim["metadata"]["name"]
         eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=NS))
         core.create_namespaced_pod_eviction(name, NS, eviction)
-        wait_until(lambda: kube.store.get("pods", NS, victim["metadata"]["name"]) is None, "the eviction")
+        wait_until(
+            lambda: kube.store.get("pods", NS, victim["metadata"]["name"]) is None,
+            interval=POLL_S,
+            message="the eviction",
+        )
         requeuer = Requeuer(
             api_client, policy=RequeuePolicy(), clock=RealClock(), observe_timeout_s=HANG_GUARD_S
         )
         report = requeuer.requeue([victim], incident_id=INCIDENT, node=bad_node)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
     (outcome,) = report.outcomes
     assert (outcome.action, outcome.result, outcome.observed) == (
         RequeueAction.SUSPEND_TOGGLE,
@@ -105,7 +101,7 @@ def test_jobset_without_restart_rule_restarts_all_its_pods_off_the_bad_node(kube
         pods = running_pods(kube)
         return len(pods) == 4 and not before & {p["metadata"]["uid"] for p in pods}
 
-    wait_until(all_replaced_and_running, "four new Running pods")
+    wait_until(all_replaced_and_running, interval=POLL_S, message="four new Running pods")
     assert all(p["spec"]["nodeName"] != bad_node for p in running_pods(kube))
     jobset = kube.store.get(JOBSET_KEY, NS, "llm")
     assert jobset is not None
@@ -127,7 +123,9 @@ def test_volcano_job_without_eviction_policy_restarts_once_through_a_command(kub
         "spec": {"tasks": [{"name": "worker", "replicas": 4, "template": {"spec": pod_spec}}]},
     }
     kube.store.create("jobs.batch.volcano.sh", body)
-    wait_until(lambda: len(running_pods(kube)) == 4, "the Volcano job's 4 pods to run")
+    wait_until(
+        lambda: len(running_pods(kube)) == 4, interval=POLL_S, message="the Volcano job's 4 pods to run"
+    )
     before = {p["metadata"]["uid"] for p in running_pods(kube)}
     bad_node = running_pods(kube)[0]["spec"]["nodeName"]
     (victim,) = [p for p in running_pods(kube) if p["spec"]["nodeName"] == bad_node]
@@ -141,7 +139,7 @@ def test_volcano_job_without_eviction_policy_restarts_once_through_a_command(kub
         first = requeuer.requeue([victim], incident_id=INCIDENT, node=bad_node)
         second = requeuer.requeue([victim], incident_id=INCIDENT, node="gpu-node-2")
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
     assert [o.result for o in (*first.outcomes, *second.outcomes)] == [
         Result.REQUEUED,
         Result.ALREADY_REQUEUED,
@@ -151,7 +149,7 @@ def test_volcano_job_without_eviction_policy_restarts_once_through_a_command(kub
         pods = running_pods(kube)
         return len(pods) == 4 and not before & {p["metadata"]["uid"] for p in pods}
 
-    wait_until(restarted_and_running, "four new Running pods")
+    wait_until(restarted_and_running, interval=POLL_S, message="four new Running pods")
     assert all(p["spec"]["nodeName"] != bad_node for p in running_pods(kube))
     vcjob = kube.store.get("jobs.batch.volcano.sh", NS, "vc")
     assert vcjob is not None and vcjob["status"]["retryCount"] == 1
@@ -188,7 +186,9 @@ def test_kueue_job_is_deactivated_and_readmitted_off_the_bad_node(kube: KubeSim)
         "spec": {"suspend": True, "parallelism": 4, "completions": 4, "template": {"spec": pod_spec}},
     }
     kube.store.create("jobs.batch", job)
-    wait_until(lambda: len(running_pods(kube)) == 4, "the admitted Job's 4 pods to run")
+    wait_until(
+        lambda: len(running_pods(kube)) == 4, interval=POLL_S, message="the admitted Job's 4 pods to run"
+    )
     before = {p["metadata"]["uid"] for p in running_pods(kube)}
     bad_node = running_pods(kube)[0]["spec"]["nodeName"]
     victims = [p for p in running_pods(kube) if p["spec"]["nodeName"] == bad_node]
@@ -202,7 +202,7 @@ def test_kueue_job_is_deactivated_and_readmitted_off_the_bad_node(kube: KubeSim)
         )
         report = requeuer.requeue(victims, incident_id=INCIDENT, node=bad_node)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
     (outcome,) = report.outcomes
     assert (outcome.action, outcome.result, outcome.observed) == (
         RequeueAction.WORKLOAD_ACTIVE_TOGGLE,
@@ -214,7 +214,7 @@ def test_kueue_job_is_deactivated_and_readmitted_off_the_bad_node(kube: KubeSim)
         pods = running_pods(kube)
         return len(pods) == 4 and not before & {p["metadata"]["uid"] for p in pods}
 
-    wait_until(readmitted_and_running, "four new Running pods after re-admission")
+    wait_until(readmitted_and_running, interval=POLL_S, message="four new Running pods after re-admission")
     assert all(p["spec"]["nodeName"] != bad_node for p in running_pods(kube))
     stored_job = kube.store.get("jobs.batch", NS, "ft")
     assert stored_job is not None and stored_job["metadata"]["annotations"][REQUEUED_ANNOTATION] == INCIDENT

@@ -7,14 +7,14 @@ Rendered with Helm's own engine (helm-python-sdk), as tests/helm does; the calls
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import pytest
 import yaml
+from repo_paths import REPO_ROOT
 
-CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "gpuhealth"
+CHART_DIR = REPO_ROOT / "helm" / "gpuhealth"
 Grants = set[tuple[str, str, str]]
 
 BASE: Grants = {("batch", "jobs", "get")}

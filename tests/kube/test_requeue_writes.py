@@ -85,7 +85,7 @@ def make_requeuer(kube: KubeSim, clock: ManualClock) -> Iterator[Callable[..., R
 
     yield build
     for api_client in clients:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
 
 
 def create(kube: KubeSim, key: str, api_version: str, kind: str, name: str, **fields: Any) -> dict[str, Any]:
@@ -413,7 +413,7 @@ def test_the_claim_is_refused_when_the_job_changed_since_it_was_read(kube: KubeS
         with pytest.raises(WriteConflict):
             api.merge_patch(ref_of(vcjob), body)
     finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+        api_client.close()
 
 
 def test_pods_without_a_known_workload_are_counted_not_touched(

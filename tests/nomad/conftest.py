@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from waiting import HANG_GUARD_S
 
 from gpuhealth.core.clock import ManualClock
 from remediation.nomad.connect import connect_nomad_executor
@@ -15,7 +16,6 @@ from remediation.nomad.settings import NomadRetrySettings, NomadSettings
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 NODE = "gpu-node-0"
-HANG_GUARD_S = 5.0
 ExecutorFactory = Callable[..., NomadExecutor]
 
 

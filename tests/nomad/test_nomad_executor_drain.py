@@ -3,11 +3,11 @@ off the drained node; system jobs stay; release undoes only what we did."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from waiting import HANG_GUARD_S, wait_until
 
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.steps import Drain, RemoveTaint, SetIncidentAnnotation, SetTaint
@@ -16,7 +16,6 @@ from remediation.nomad.executor import NomadExecutor
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 INCIDENT = "inc-gpu-node-0-1"
-HANG_GUARD_S = 10.0
 DEADLINE_S = 600.0
 FAST = NomadDrainSetup(poll_interval_s=0.02)
 
@@ -52,13 +51,6 @@ def live_ids(sim: NomadSim, job_id: str) -> set[str]:
     return {alloc["ID"] for alloc in sim.live_allocations(job_id)}
 
 
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def bad_node(sim: NomadSim) -> str:
     """The node that runs the first allocation of the training job."""
     return str(sim.live_allocations("train")[0]["NodeName"])
@@ -87,7 +79,7 @@ def test_drain_requeues_the_batch_job_once_and_keeps_system_jobs(
     assert node_object["Meta"]["gpuhealth.drained"] == INCIDENT
     assert node_object["Meta"]["gpuhealth.requeued"] == INCIDENT
 
-    wait_until(lambda: len(sim.live_allocations("train")) == 4, "the training job placed again")
+    wait_until(lambda: len(sim.live_allocations("train")) == 4, message="the training job placed again")
     assert not train_before & live_ids(sim, "train")  # every member restarted
     assert all(alloc["NodeName"] != node for alloc in sim.live_allocations("train"))
     assert agent_before == live_ids(sim, "gpuhealth-agent")  # the system job survived its own drain
@@ -103,7 +95,7 @@ def test_the_same_incident_is_never_drained_or_requeued_twice(
     first = executor_for(node, drain=FAST)
     first.apply([Drain(INCIDENT, DEADLINE_S)])
     assert first.wait_for_drain(HANG_GUARD_S)
-    wait_until(lambda: len(sim.live_allocations("train")) == 4, "the training job placed again")
+    wait_until(lambda: len(sim.live_allocations("train")) == 4, message="the training job placed again")
     restarted = live_ids(sim, "train")
 
     again = first.apply([Drain(INCIDENT, DEADLINE_S)])
@@ -127,7 +119,7 @@ def test_release_cancels_our_drain_and_restores_eligibility_and_metadata(
     executor = executor_for(node, drain=NomadDrainSetup(namespace="elsewhere", poll_interval_s=0.02))
     executor.apply([SetTaint("reboot"), SetIncidentAnnotation(INCIDENT)])
     executor.apply([Drain(INCIDENT, DEADLINE_S)])
-    wait_until(lambda: sim.state.node(node)["DrainStrategy"] is not None, "the drain to start")
+    wait_until(lambda: sim.state.node(node)["DrainStrategy"] is not None, message="the drain to start")
 
     report = executor.apply([RemoveTaint(), SetIncidentAnnotation(None)])
 

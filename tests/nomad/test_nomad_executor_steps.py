@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from waiting import HANG_GUARD_S
+
 from gpuhealth.core.steps import (
     Cordon,
     EmitEvent,
@@ -19,7 +21,6 @@ from gpuhealth.core.steps import (
 from remediation.nomad.executor import NomadExecutor
 
 NODE = "gpu-node-0"
-HANG_GUARD_S = 5.0
 GPUS = ("GPU-1111", "GPU-0000")
 
 

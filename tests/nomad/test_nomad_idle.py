@@ -5,10 +5,11 @@ a diagnostic that is due is skipped on a busy node and runs on an idle one; the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import FIXTURES
+from waiting import HANG_GUARD_S
 
 from agent.backends.dcgmi import DiagRun
 from agent.diagnostics import DiagnosticsRunner, IdleProbe
@@ -24,8 +25,7 @@ from remediation.nomad.executor import NomadExecutor
 from remediation.nomad.idle import gpu_allocations, is_gpu_device_name
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
-HANG_GUARD_S = 10.0
-PASSED = Path(__file__).parents[1] / "fixtures" / "dcgm" / "diag-3.1.0-r1-pass.json"
+PASSED = FIXTURES / "dcgm" / "diag-3.1.0-r1-pass.json"
 
 
 def task(gpus: int, device: str = "nvidia/gpu") -> dict[str, Any]:

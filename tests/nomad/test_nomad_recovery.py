@@ -10,12 +10,12 @@ eligible again.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from live_aggregator import LiveAggregator
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
@@ -32,14 +32,6 @@ from sim.simulated_recovery import SimulatedNodeRecovery
 
 TOKEN = "nomad-recovery-token"
 NODE = "gpu-node-0"
-HANG_GUARD_S = 20.0
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -106,7 +98,9 @@ def test_xid_79_on_nomad_is_drained_rebooted_validated_and_made_eligible_again(
     assert nomad.state.node(NODE)["SchedulingEligibility"] == "ineligible"
 
     executor = agent.parts.executor
-    wait_until(lambda: executor.facts().drain_finished_incident == incident.id, "Nomad to end the drain")
+    wait_until(
+        lambda: executor.facts().drain_finished_incident == incident.id, message="Nomad to end the drain"
+    )
     assert recovery_results(tick(agent)) == [("Reboot", True)]
     assert recovery_results(tick(agent)) == [("Validate", True)]  # another boot id: the node came back
 

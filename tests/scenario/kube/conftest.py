@@ -1,4 +1,5 @@
-"""Fixtures of the runbook scenarios; the rig itself is ``tests/support/scenario_rig.py`` (see its docstring)."""
+"""Fixtures of the Kubernetes runbook scenarios; the rig itself is ``tests/support/scenario_rig.py`` (its
+``KubeGpuNode``: an emulated API server, one GPU node with a fake NVML, and the real agent on it)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from scenario_rig import GpuNode
+from scenario_rig import KubeGpuNode
 
 from gpuhealth.core.clock import ManualClock
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture
@@ -28,9 +24,9 @@ def sim(clock: ManualClock) -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def gpu_node(sim: KubeSim, clock: ManualClock, tmp_path: Path) -> Iterator[GpuNode]:
+def gpu_node(sim: KubeSim, clock: ManualClock, tmp_path: Path) -> Iterator[KubeGpuNode]:
     """``gpu-node-0`` with 8 fake H100s and its agent (started on first use)."""
-    node = GpuNode(sim, clock, tmp_path / "state")
+    node = KubeGpuNode(sim, clock, tmp_path / "state")
     yield node
     node.close()
 

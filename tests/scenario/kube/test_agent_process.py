@@ -11,16 +11,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from kubernetes import client, config
+from repo_paths import REPO_ROOT
+from waiting import SLOW_HANG_GUARD_S, wait_until
 
 NODE = "gpu-node-0"
-START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
 
@@ -30,15 +30,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = START_TIMEOUT_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def gpuhealth(*args: str, env: dict[str, str] | None = None, stderr: Path) -> subprocess.Popen[bytes]:
     with stderr.open("wb") as sink:
         return subprocess.Popen(
@@ -46,7 +37,7 @@ def gpuhealth(*args: str, env: dict[str, str] | None = None, stderr: Path) -> su
             stdout=subprocess.DEVNULL,
             stderr=sink,
             env=env,
-            cwd=Path(__file__).parents[3],
+            cwd=REPO_ROOT,
         )
 
 
@@ -67,7 +58,9 @@ def kubeconfig(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "kubeconfig"
     sim = gpuhealth("sim", "kube", "--nodes", "1", "--kubeconfig-out", str(path), stderr=tmp_path / "sim.err")
     try:
-        assert wait_for(path.exists), "the emulator never wrote its kubeconfig"
+        assert wait_until(path.exists, timeout=SLOW_HANG_GUARD_S, interval=0.1), (
+            "the emulator never wrote its kubeconfig"
+        )
         yield path
     finally:
         stop(sim)
@@ -83,7 +76,8 @@ def answers(url: str, status: int = 200) -> bool:
 def node_label(kubeconfig: Path) -> str | None:
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     try:
-        labels = client.CoreV1Api(api_client).read_node(NODE).metadata.labels or {}
+        metadata = client.CoreV1Api(api_client).read_node(NODE).metadata
+        labels = (metadata.labels if metadata is not None else None) or {}
     finally:
         api_client.close()
     return labels.get("gpuhealth.io/state")
@@ -108,13 +102,19 @@ def test_the_agent_process_serves_its_endpoints_reports_unknown_and_stops_on_sig
     agent = gpuhealth("agent", "--config", str(settings), env=env, stderr=tmp_path / "agent.err")
     base = f"http://127.0.0.1:{port}"
     try:
-        assert wait_for(lambda: answers(f"{base}/healthz") or agent.poll() is not None)
+        assert wait_until(
+            lambda: answers(f"{base}/healthz") or agent.poll() is not None,
+            timeout=SLOW_HANG_GUARD_S,
+            interval=0.1,
+        )
         assert agent.poll() is None, (tmp_path / "agent.err").read_text()
-        assert wait_for(lambda: answers(f"{base}/readyz"))
+        assert wait_until(lambda: answers(f"{base}/readyz"), timeout=SLOW_HANG_GUARD_S, interval=0.1)
         metrics = httpx.get(f"{base}/metrics", timeout=2).text
         assert 'code="NVML_UNAVAILABLE"' in metrics
         assert "gpuhealth_agent_loop_duration_seconds_count" in metrics
-        assert wait_for(lambda: node_label(kubeconfig) == "unknown")
+        assert wait_until(
+            lambda: node_label(kubeconfig) == "unknown", timeout=SLOW_HANG_GUARD_S, interval=0.1
+        )
     finally:
         code = stop(agent)
     log = (tmp_path / "agent.err").read_text(encoding="utf-8")
@@ -127,7 +127,7 @@ def test_a_bad_settings_file_is_one_line_on_stderr_and_exit_2(tmp_path: Path) ->
     settings = tmp_path / "agent.yaml"
     settings.write_text("interval_s: -1\n", encoding="utf-8")
     agent = gpuhealth("agent", "--config", str(settings), stderr=tmp_path / "agent.err")
-    assert agent.wait(START_TIMEOUT_S) == 2
+    assert agent.wait(SLOW_HANG_GUARD_S) == 2
     lines = (tmp_path / "agent.err").read_text(encoding="utf-8").strip().splitlines()
     assert len(lines) == 1
     assert str(settings) in lines[0] and "interval_s" in lines[0]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from live_aggregator import LiveAggregator
-from scenario_rig import NODE, GpuNode, eventually
+from scenario_rig import NODE, KubeGpuNode
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.aggregator_link import AggregatorLink
 from agent.loop import TickResult
@@ -22,7 +23,6 @@ from remediation.aggregator_client import AggregatorClient
 from remediation.plan import RemediationPolicy
 
 TOKEN = "scenario-token"
-HANG_GUARD_S = 10.0
 HEARTBEAT_S = 60.0
 
 
@@ -47,13 +47,13 @@ def oncall(aggregator: LiveAggregator) -> Iterator[AggregatorClient]:
         yield client
 
 
-def link(gpu_node: GpuNode) -> AggregatorLink:
+def link(gpu_node: KubeGpuNode) -> AggregatorLink:
     assert gpu_node.agent.parts.link is not None
     return gpu_node.agent.parts.link
 
 
 def test_xid_79_shows_the_node_unhealthy_on_the_aggregator_with_its_incident(
-    gpu_node: GpuNode, oncall: AggregatorClient
+    gpu_node: KubeGpuNode, oncall: AggregatorClient
 ) -> None:
     """XID 79 on gpu-node-0 -> tainted in the same pass, and the aggregator shows the node unhealthy with
     the incident (reason XID_79) and the taint in the incident's timeline."""
@@ -73,7 +73,7 @@ def test_xid_79_shows_the_node_unhealthy_on_the_aggregator_with_its_incident(
 
 
 def test_aggregator_down_during_a_fault_taints_at_once_and_delivers_in_order_later(
-    gpu_node: GpuNode, aggregator: LiveAggregator, oncall: AggregatorClient
+    gpu_node: KubeGpuNode, aggregator: LiveAggregator, oncall: AggregatorClient
 ) -> None:
     """The aggregator is down when XID 48 (double-bit ECC) strikes and the volatile DBE count stays: the
     node is tainted at once; the reports wait on disk (heartbeats collapsed); when the aggregator is back
@@ -105,7 +105,7 @@ def test_aggregator_down_during_a_fault_taints_at_once_and_delivers_in_order_lat
 
 
 def test_an_agent_restarted_with_unsent_reports_delivers_them_after_the_restart(
-    gpu_node: GpuNode, aggregator: LiveAggregator, oncall: AggregatorClient
+    gpu_node: KubeGpuNode, aggregator: LiveAggregator, oncall: AggregatorClient
 ) -> None:
     """Aggregator down, XID 79, agent pod restarted: the new agent finds the unsent report in the outbox,
     delivers it once the aggregator is back, and its own reports continue the sequence (accepted)."""
@@ -129,7 +129,7 @@ def test_an_agent_restarted_with_unsent_reports_delivers_them_after_the_restart(
 
 
 def test_a_manual_quarantine_and_release_are_applied_and_acknowledged(
-    gpu_node: GpuNode, oncall: AggregatorClient
+    gpu_node: KubeGpuNode, oncall: AggregatorClient
 ) -> None:
     """``gpuhealth quarantine gpu-node-0 --reason`` -> on its next heartbeat the agent learns of it, labels
     the node quarantined, taints it and acknowledges; ``gpuhealth release`` -> label healthy, taint gone."""
@@ -160,7 +160,7 @@ def test_a_manual_quarantine_and_release_are_applied_and_acknowledged(
 
 
 def test_a_healthy_node_sends_heartbeats_only_and_writes_nothing_to_kubernetes(
-    gpu_node: GpuNode, oncall: AggregatorClient
+    gpu_node: KubeGpuNode, oncall: AggregatorClient
 ) -> None:
     """Five minutes of a healthy node, ticking every 10 s: after the first pass (condition + label) no
     Kubernetes write at all, and the aggregator gets one report per heartbeat_s."""
@@ -177,7 +177,7 @@ def test_a_healthy_node_sends_heartbeats_only_and_writes_nothing_to_kubernetes(
 
 
 def test_a_permit_request_that_hangs_never_delays_the_taint(
-    gpu_node: GpuNode, monkeypatch: pytest.MonkeyPatch
+    gpu_node: KubeGpuNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The aggregator accepts connections and never answers (a hung process, an overloaded database): XID 79
     -> the taint is on the node while the pass still waits for the drain permit; the pass then ends with the
@@ -195,7 +195,7 @@ def test_a_permit_request_that_hangs_never_delays_the_taint(
         worker = threading.Thread(target=lambda: results.append(gpu_node.tick()))
         worker.start()
 
-        assert eventually(lambda: gpu_node.taint() == "reboot:NoSchedule", timeout=2.0)
+        assert wait_until(lambda: gpu_node.taint() == "reboot:NoSchedule", timeout=2.0)
         assert worker.is_alive(), "the pass should still be waiting for the permit"
         worker.join(HANG_GUARD_S)
 

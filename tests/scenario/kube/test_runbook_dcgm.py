@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from live_aggregator import LiveAggregator
-from scenario_rig import NODE, GpuNode
+from repo_paths import FIXTURES
+from scenario_rig import NODE, KubeGpuNode
 
 from agent.aggregator_link import AggregatorLink
 from agent.state_machine import DebounceConfig
@@ -23,7 +24,7 @@ from tests.aggregator.postgres import free_port
 
 TOKEN = "scenario-token"
 # GPU 1 has 3 volatile double-bit ECC errors; series are named by index (resolved through NVML's UUIDs).
-PAGE = (Path(__file__).parents[2] / "fixtures" / "dcgm" / "exporter-index-only.prom").read_bytes()
+PAGE = (FIXTURES / "dcgm" / "exporter-index-only.prom").read_bytes()
 
 
 class _Exporter(http.server.BaseHTTPRequestHandler):
@@ -76,13 +77,13 @@ def scrape(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     monkeypatch.setenv("GPUHEALTH_DCGM__EXPORTER__TIMEOUT_S", "2")
 
 
-def link(gpu_node: GpuNode) -> AggregatorLink:
+def link(gpu_node: KubeGpuNode) -> AggregatorLink:
     assert gpu_node.agent.parts.link is not None
     return gpu_node.agent.parts.link
 
 
 def test_exporter_down_reports_unknown_and_takes_no_action(
-    gpu_node: GpuNode, oncall: AggregatorClient, monkeypatch: pytest.MonkeyPatch
+    gpu_node: KubeGpuNode, oncall: AggregatorClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """dcgm-exporter enabled but nothing listens on its port -> the node reads ``unknown`` (condition
     Unknown, label unknown) on the cluster and on the aggregator, with no incident, no taint, no cordon and
@@ -105,7 +106,7 @@ def test_exporter_down_reports_unknown_and_takes_no_action(
 
 @pytest.mark.parametrize("source", ["nvml", "exporter"])
 def test_double_bit_ecc_error_taints_the_node_whichever_source_reports_it(
-    gpu_node: GpuNode,
+    gpu_node: KubeGpuNode,
     oncall: AggregatorClient,
     monkeypatch: pytest.MonkeyPatch,
     exporter: str,

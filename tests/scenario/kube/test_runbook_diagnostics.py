@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from live_aggregator import LiveAggregator
-from scenario_rig import NODE, GpuNode
+from repo_paths import FIXTURES as TEST_FIXTURES
+from scenario_rig import NODE, KubeGpuNode
+from waiting import HANG_GUARD_S
 
 from agent.aggregator_link import AggregatorLink
 from agent.diagnostics import DiagnosticsRunner
@@ -25,8 +27,7 @@ from remediation.aggregator_client import AggregatorClient
 
 TOKEN = "scenario-token"
 HEARTBEAT_S = 60
-HANG_GUARD_S = 20.0
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 PASS = "diag-3.1.0-r1-pass.json"
 MEMORY_FAIL = "diag-4.2.3-r2-memory-fail.json"
 
@@ -94,23 +95,23 @@ def oncall(aggregator: LiveAggregator) -> Iterator[AggregatorClient]:
         yield client
 
 
-def link(gpu_node: GpuNode) -> AggregatorLink:
+def link(gpu_node: KubeGpuNode) -> AggregatorLink:
     assert gpu_node.agent.parts.link is not None
     return gpu_node.agent.parts.link
 
 
-def runner(gpu_node: GpuNode) -> DiagnosticsRunner:
+def runner(gpu_node: KubeGpuNode) -> DiagnosticsRunner:
     assert gpu_node.agent.parts.diagnostics is not None
     return gpu_node.agent.parts.diagnostics
 
 
-def exchange(gpu_node: GpuNode) -> None:
+def exchange(gpu_node: KubeGpuNode) -> None:
     """One pass, and its report (if any) delivered."""
     gpu_node.tick()
     link(gpu_node).deliver()
 
 
-def handover(gpu_node: GpuNode) -> None:
+def handover(gpu_node: KubeGpuNode) -> None:
     """A heartbeat's worth of passes: the heartbeat's answer carries the pending requests."""
     gpu_node.ticks(HEARTBEAT_S // 10)
     link(gpu_node).deliver()
@@ -127,7 +128,7 @@ def ask(oncall: AggregatorClient, *, level: int = 1, force: bool = False) -> int
 
 
 def test_on_demand_diag_on_an_idle_node_tests_it_tainted_then_releases_it_after_a_pass(
-    gpu_node: GpuNode, oncall: AggregatorClient, dcgmi: Dcgmi
+    gpu_node: KubeGpuNode, oncall: AggregatorClient, dcgmi: Dcgmi
 ) -> None:
     """``gpuhealth diag gpu-node-0 --level 2`` on an idle node -> labelled testing and tainted
     testing:NoSchedule while dcgmi runs -> healthy and untainted after it passed -> the result (passed,
@@ -161,7 +162,7 @@ def test_on_demand_diag_on_an_idle_node_tests_it_tainted_then_releases_it_after_
 
 
 def test_failing_diag_opens_an_incident_and_the_node_stays_tainted(
-    gpu_node: GpuNode, oncall: AggregatorClient, dcgmi: Dcgmi
+    gpu_node: KubeGpuNode, oncall: AggregatorClient, dcgmi: Dcgmi
 ) -> None:
     """dcgmi diag finds a memory fault on GPU 1 -> an incident (DCGM_DIAG_MEMORY) opens in the pass that
     reads the result: the taint goes from testing straight to the incident's action, never lifted."""
@@ -193,7 +194,7 @@ def test_failing_diag_opens_an_incident_and_the_node_stays_tainted(
 
 
 def test_busy_node_refuses_the_request_with_the_reason_unless_forced(
-    gpu_node: GpuNode, oncall: AggregatorClient, human: client.CoreV1Api, dcgmi: Dcgmi
+    gpu_node: KubeGpuNode, oncall: AggregatorClient, human: client.CoreV1Api, dcgmi: Dcgmi
 ) -> None:
     """A training pod holds GPUs on gpu-node-0 -> the request is refused, the reason in the timeline, the
     node untouched; ``--force`` runs it anyway."""
@@ -234,7 +235,7 @@ def test_busy_node_refuses_the_request_with_the_reason_unless_forced(
 
 
 def test_agent_restarted_during_a_diag_never_leaves_the_node_testing(
-    gpu_node: GpuNode, oncall: AggregatorClient, dcgmi: Dcgmi
+    gpu_node: KubeGpuNode, oncall: AggregatorClient, dcgmi: Dcgmi
 ) -> None:
     """The agent pod restarts while dcgmi runs -> the new agent takes the node out of testing and lifts the
     taint at its first pass, and the timeline says the run was interrupted."""

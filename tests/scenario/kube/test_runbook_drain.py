@@ -10,12 +10,13 @@ breaks; each test drives their loop one pass at a time with ``tick()``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from live_aggregator import LiveAggregator
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
@@ -34,20 +35,11 @@ from sim.kube.harness import KubeSim, running_kube_sim
 NS = "train"
 TOKEN = "drain-scenario-token"
 FLEET = 16
-HANG_GUARD_S = 20.0
 PERMIT_RETRY_S = 0.3
 JOBSET_KEY = "jobsets.jobset.x-k8s.io"
 VOLCANO_KEY = "jobs.batch.volcano.sh"
 PDB_KEY = "poddisruptionbudgets.policy"
 FAST_DRAIN = DrainPolicy(poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2, pod_timeout_s=10.0)
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = HANG_GUARD_S) -> None:
-    """Poll ``condition`` (controllers and drains run on their own threads); fail after the hang guard."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -218,7 +210,7 @@ def start_jobset(fleet: Fleet) -> dict[str, str]:
     labels = {"jobset.sigs.k8s.io/jobset-name": "llm"}
     create_pdb(fleet.kube, "llm", labels, min_available=3)
     fleet.kube.store.create(JOBSET_KEY, body)
-    wait_until(lambda: len(fleet.running(**labels)) == 4, "the JobSet's 4 pods to run")
+    wait_until(lambda: len(fleet.running(**labels)) == 4, message="the JobSet's 4 pods to run")
     return labels
 
 
@@ -235,7 +227,7 @@ def start_daemonset(fleet: Fleet) -> None:
         "spec": {"selector": {"matchLabels": {"app": "exporter"}}, "template": template},
     }
     fleet.kube.store.create("daemonsets.apps", body)
-    wait_until(lambda: len(fleet.running(app="exporter")) == FLEET, "the DaemonSet's pods to run")
+    wait_until(lambda: len(fleet.running(app="exporter")) == FLEET, message="the DaemonSet's pods to run")
 
 
 def uids(pods: list[dict[str, Any]]) -> set[str]:
@@ -276,7 +268,7 @@ def test_xid_79_on_a_jobset_node_drains_it_and_restarts_the_jobset_once_off_the_
         pods = fleet.running(**labels)
         return len(pods) == 4 and not before & uids(pods)
 
-    wait_until(gang_restarted_elsewhere, "four new Running pods of the JobSet")
+    wait_until(gang_restarted_elsewhere, message="four new Running pods of the JobSet")
     assert all(pod["spec"]["nodeName"] != bad for pod in fleet.running(**labels))
     jobset = fleet.kube.store.get(JOBSET_KEY, NS, "llm")
     assert jobset is not None
@@ -328,7 +320,7 @@ def start_side_job(fleet: Fleet, node: str) -> dict[str, str]:
     }
     labels = {"batch.kubernetes.io/job-name": "side"}
     fleet.kube.store.create("jobs.batch", body)
-    wait_until(lambda: len(fleet.running(**labels)) == 1, "the side Job's pod to run")
+    wait_until(lambda: len(fleet.running(**labels)) == 1, message="the side Job's pod to run")
     return labels
 
 
@@ -425,7 +417,7 @@ def test_job_with_pod_failure_policy_is_left_to_its_own_policy_and_its_pod_repla
     labels = {"batch.kubernetes.io/job-name": "ft"}
     create_pdb(fleet.kube, "ft", labels, min_available=3)
     fleet.kube.store.create("jobs.batch", body)
-    wait_until(lambda: len(fleet.running(**labels)) == 4, "the Job's 4 pods to run")
+    wait_until(lambda: len(fleet.running(**labels)) == 4, message="the Job's 4 pods to run")
     before = fleet.running(**labels)
     bad = before[0]["spec"]["nodeName"]
     fleet.agent(bad)
@@ -440,7 +432,7 @@ def test_job_with_pod_failure_policy_is_left_to_its_own_policy_and_its_pod_repla
         pods = fleet.running(**labels)
         return len(pods) == 4 and all(p["spec"]["nodeName"] != bad for p in pods)
 
-    wait_until(replaced_elsewhere, "the evicted pod's replacement to run on a healthy node")
+    wait_until(replaced_elsewhere, message="the evicted pod's replacement to run on a healthy node")
     assert len(uids(before) & uids(fleet.running(**labels))) == 3  # only the evicted pod was replaced
     job = fleet.kube.store.get("jobs.batch", NS, "ft")
     assert job is not None and REQUEUED_ANNOTATION not in (job["metadata"].get("annotations") or {})
@@ -458,7 +450,7 @@ def test_volcano_job_without_eviction_policy_is_restarted_once_through_a_command
     }
     fleet.kube.store.create(VOLCANO_KEY, body)
     labels = {"volcano.sh/job-name": "vc"}
-    wait_until(lambda: len(fleet.running(**labels)) == 4, "the Volcano job's 4 pods to run")
+    wait_until(lambda: len(fleet.running(**labels)) == 4, message="the Volcano job's 4 pods to run")
     before = uids(fleet.running(**labels))
     bad = fleet.running(**labels)[0]["spec"]["nodeName"]
     fleet.agent(bad)
@@ -473,7 +465,7 @@ def test_volcano_job_without_eviction_policy_is_restarted_once_through_a_command
         pods = fleet.running(**labels)
         return len(pods) == 4 and not before & uids(pods) and all(p["spec"]["nodeName"] != bad for p in pods)
 
-    wait_until(restarted_elsewhere, "four new Running pods of the Volcano job")
+    wait_until(restarted_elsewhere, message="four new Running pods of the Volcano job")
     vcjob = fleet.kube.store.get(VOLCANO_KEY, NS, "vc")
     assert vcjob is not None and vcjob["status"]["retryCount"] == 1
     assert vcjob["metadata"]["annotations"][REQUEUED_ANNOTATION] == incident.id
@@ -552,7 +544,7 @@ def test_two_nodes_of_one_jobset_failing_together_restart_it_once(fleet: Fleet) 
     requeues = [detail for kind, _, detail in news if kind == "Requeue"]
     assert sum(": requeued (suspend-toggle)" in detail for detail in requeues) == 1
     assert all(": requeued" in d or ": already-requeued" in d for d in requeues)
-    wait_until(lambda: len(fleet.running(**labels)) == 4, "the JobSet's 4 pods to run again")
+    wait_until(lambda: len(fleet.running(**labels)) == 4, message="the JobSet's 4 pods to run again")
     assert all(pod["spec"]["nodeName"] not in (first, second) for pod in fleet.running(**labels))
     assert len(fleet.requeue_events()) == 1
 
@@ -588,7 +580,7 @@ def test_kueue_managed_job_is_deactivated_and_readmitted_off_the_drained_node(fl
     }
     fleet.kube.store.create("jobs.batch", body)
     labels = {"batch.kubernetes.io/job-name": "ft"}
-    wait_until(lambda: len(fleet.running(**labels)) == 4, "the admitted Job's 4 pods to run")
+    wait_until(lambda: len(fleet.running(**labels)) == 4, message="the admitted Job's 4 pods to run")
     before = uids(fleet.running(**labels))
     bad = fleet.running(**labels)[0]["spec"]["nodeName"]
     fleet.agent(bad)
@@ -603,7 +595,7 @@ def test_kueue_managed_job_is_deactivated_and_readmitted_off_the_drained_node(fl
         pods = fleet.running(**labels)
         return len(pods) == 4 and not before & uids(pods) and all(p["spec"]["nodeName"] != bad for p in pods)
 
-    wait_until(readmitted_elsewhere, "four new Running pods after re-admission")
+    wait_until(readmitted_elsewhere, message="four new Running pods after re-admission")
     job = fleet.kube.store.get("jobs.batch", NS, "ft")
     assert job is not None and job["metadata"]["annotations"][REQUEUED_ANNOTATION] == incident.id
     assert len(fleet.requeue_events()) == 1
@@ -622,7 +614,7 @@ def test_pytorchjob_with_restart_policy_never_has_its_remaining_pods_recreated(f
     }
     fleet.kube.store.create("pytorchjobs.kubeflow.org", body)
     labels = {"training.kubeflow.org/job-name": "pt"}
-    wait_until(lambda: len(fleet.running(**labels)) == 4, "the PyTorchJob's 4 workers to run")
+    wait_until(lambda: len(fleet.running(**labels)) == 4, message="the PyTorchJob's 4 workers to run")
     before = uids(fleet.running(**labels))
     bad = fleet.running(**labels)[0]["spec"]["nodeName"]
     fleet.agent(bad)
@@ -637,6 +629,6 @@ def test_pytorchjob_with_restart_policy_never_has_its_remaining_pods_recreated(f
         pods = fleet.running(**labels)
         return len(pods) == 4 and not before & uids(pods) and all(p["spec"]["nodeName"] != bad for p in pods)
 
-    wait_until(recreated_elsewhere, "four new Running workers")
+    wait_until(recreated_elsewhere, message="four new Running workers")
     job = fleet.kube.store.get("pytorchjobs.kubeflow.org", NS, "pt")
     assert job is not None and job["metadata"]["annotations"][REQUEUED_ANNOTATION] == incident.id

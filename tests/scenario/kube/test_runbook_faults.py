@@ -5,13 +5,13 @@ Each test reads as what an operator would see with kubectl on ``gpu-node-0``.
 
 from __future__ import annotations
 
-from scenario_rig import CLEAN_READINGS, DWELL_S, GpuNode
+from scenario_rig import CLEAN_READINGS, DWELL_S, KubeGpuNode
 
 
-def test_xid_79_marks_labels_and_taints_the_node_in_the_same_tick(gpu_node: GpuNode) -> None:
+def test_xid_79_marks_labels_and_taints_the_node_in_the_same_tick(gpu_node: KubeGpuNode) -> None:
     """XID 79 (GPU fell off the bus) -> GPUHealthy=False, label unhealthy, taint reboot:NoSchedule, at once."""
     gpu_node.tick()
-    assert gpu_node.condition() is not None and gpu_node.condition()["status"] == "True"
+    assert gpu_node.condition() is not None and gpu_node.condition()["status"] == "True"  # type: ignore[index]  # mypy cannot narrow a call: the first call's check guards the second
 
     gpu_node.xid(79, gpu=3)
     result = gpu_node.tick()
@@ -27,7 +27,7 @@ def test_xid_79_marks_labels_and_taints_the_node_in_the_same_tick(gpu_node: GpuN
     assert not gpu_node.cordoned()  # cordon is off by default
 
 
-def test_xid_13_changes_nothing_on_the_node(gpu_node: GpuNode) -> None:
+def test_xid_13_changes_nothing_on_the_node(gpu_node: KubeGpuNode) -> None:
     """XID 13 (an application's illegal access) is the job's fault, not the node's: not one API write."""
     gpu_node.ticks(3)
     writes, version = gpu_node.writes(), gpu_node.version()
@@ -42,7 +42,7 @@ def test_xid_13_changes_nothing_on_the_node(gpu_node: GpuNode) -> None:
     assert gpu_node.label() == "healthy"
 
 
-def test_a_pending_row_remap_taints_reset_gpu(gpu_node: GpuNode) -> None:
+def test_a_pending_row_remap_taints_reset_gpu(gpu_node: KubeGpuNode) -> None:
     """A row remap pending on GPU 2 -> the GPU needs a reset: taint gpuhealth.io/unhealthy=reset_gpu."""
     gpu_node.tick()
 
@@ -54,7 +54,7 @@ def test_a_pending_row_remap_taints_reset_gpu(gpu_node: GpuNode) -> None:
 
 
 def test_the_node_is_released_after_the_fault_clears_and_m_clean_readings_and_the_dwell(
-    gpu_node: GpuNode,
+    gpu_node: KubeGpuNode,
 ) -> None:
     """Remap pending -> tainted; GPU reset -> still tainted until M clean readings AND the dwell time have
     passed -> taint removed, GPUHealthy=True, label healthy, Event GPUHealthRecovered."""
@@ -79,7 +79,7 @@ def test_the_node_is_released_after_the_fault_clears_and_m_clean_readings_and_th
     assert "gpuhealth.io/incident" not in gpu_node.node()["metadata"].get("annotations", {})
 
 
-def test_a_fault_that_keeps_coming_back_keeps_one_incident(gpu_node: GpuNode) -> None:
+def test_a_fault_that_keeps_coming_back_keeps_one_incident(gpu_node: KubeGpuNode) -> None:
     """XID 79, then 48 on another GPU: one incident, its id and start kept, reasons joined."""
     gpu_node.tick()
     gpu_node.xid(79, gpu=0)
@@ -95,7 +95,7 @@ def test_a_fault_that_keeps_coming_back_keeps_one_incident(gpu_node: GpuNode) ->
     assert gpu_node.events().count("GPUHealthUnhealthy") == 1
 
 
-def test_a_healthy_node_costs_zero_api_writes_over_many_ticks(gpu_node: GpuNode) -> None:
+def test_a_healthy_node_costs_zero_api_writes_over_many_ticks(gpu_node: KubeGpuNode) -> None:
     """After the first pass marks the node healthy, an hour of passes writes nothing."""
     gpu_node.tick()
     writes, version = gpu_node.writes(), gpu_node.version()

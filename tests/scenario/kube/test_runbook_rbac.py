@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scenario_rig import GpuNode
+from scenario_rig import KubeGpuNode
 from structlog.testing import capture_logs
 
 from gpuhealth.core.findings import Status
@@ -16,7 +16,7 @@ RBAC_MESSAGE = (
 
 
 def test_a_role_without_patch_nodes_is_one_clear_error_an_unknown_report_and_recovery_not_a_crash_loop(
-    gpu_node: GpuNode, sim: KubeSim
+    gpu_node: KubeGpuNode, sim: KubeSim
 ) -> None:
     """The ClusterRole lost ``patch nodes``: one error line naming it, the verdict carries an unknown
     EXECUTOR_FORBIDDEN finding, the node is reported unknown after the usual blind readings, every pass

@@ -13,7 +13,6 @@ clock is real time that the test can move forward (the backoff between attempts,
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any
 
 import pytest
 from live_aggregator import LiveAggregator, free_port
+from repo_paths import FIXTURES as TEST_FIXTURES
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
@@ -39,11 +40,10 @@ from sim.simulated_recovery import SimulatedNodeRecovery
 NS = "train"
 TOKEN = "recovery-scenario-token"
 FLEET = 4
-HANG_GUARD_S = 20.0
 CLEAN_READINGS = 2
 TAINT_KEY = "gpuhealth.io/unhealthy"
 STATE_LABEL = "gpuhealth.io/state"
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 NO_DCGMI = "gpuhealth-no-dcgmi-here"
 FAST_DRAIN = DrainPolicy(poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2, pod_timeout_s=10.0)
 FAKE_NVIDIA_SMI = """\
@@ -81,13 +81,6 @@ class MovableClock(RealClock):
 
     def forward(self, seconds: float) -> None:
         self.offset_s += seconds
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -234,7 +227,7 @@ class Fleet:
     def drain_ends(self, name: str) -> None:
         agent = self.nodes[name].agent
         assert agent is not None
-        assert agent.parts.executor.wait_for_drain(HANG_GUARD_S)  # type: ignore[attr-defined]
+        assert agent.parts.executor.wait_for_drain(HANG_GUARD_S)
 
     # --- what the world sees --------------------------------------------------------------------------
 
@@ -295,7 +288,7 @@ def run_training_pod(fleet: Fleet) -> tuple[str, str]:
             if pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"]
         ]
 
-    wait_until(lambda: len(running()) == 1, "the training pod to run")
+    wait_until(lambda: len(running()) == 1, message="the training pod to run")
     (pod,) = running()
     return pod["spec"]["nodeName"], pod["metadata"]["name"]
 
@@ -493,7 +486,7 @@ def test_dcgmi_validation_runs_in_the_background_and_survives_an_agent_restart(
     started = fleet.tick(bad)
     (validate,) = started.report.results[-1:]
     assert isinstance(validate.step, Validate) and validate.pending
-    wait_until(lambda: len(dcgmi_runs(dcgmi)) == 1, "dcgmi diag to start")
+    wait_until(lambda: len(dcgmi_runs(dcgmi)) == 1, message="dcgmi diag to start")
     assert dcgmi_runs(dcgmi) == ["diag -r 2 -j"]
     during = [fleet.tick(bad) for _ in range(3)]
     assert all(r.seconds < HANG_GUARD_S / 4 and recovery_results(r) == [] for r in during)
@@ -503,7 +496,7 @@ def test_dcgmi_validation_runs_in_the_background_and_survives_an_agent_restart(
     resumed = fleet.tick(bad)
     assert resumed.health.incident is not None and resumed.health.incident.id == incident.id
     assert [r.pending for r in resumed.report.results if isinstance(r.step, Validate)] == [True]
-    wait_until(lambda: len(dcgmi_runs(dcgmi)) == 2, "the new agent's dcgmi diag to start")
+    wait_until(lambda: len(dcgmi_runs(dcgmi)) == 2, message="the new agent's dcgmi diag to start")
 
     (dcgmi / "dcgmi-go").touch()
     assert node.agent is not None

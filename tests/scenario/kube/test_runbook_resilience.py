@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from kubernetes import client
-from scenario_rig import NODE, GpuNode, eventually
+from scenario_rig import NODE, KubeGpuNode
+from waiting import wait_until
 
 from remediation.plan import RemediationPolicy
 
 
 def test_a_human_uncordon_is_not_undone_for_the_same_incident(
-    gpu_node: GpuNode, human: client.CoreV1Api
+    gpu_node: KubeGpuNode, human: client.CoreV1Api
 ) -> None:
     """Cordon policy on: XID 79 -> cordoned (and annotated as ours); a human uncordons -> the agent notices,
     records a GPUHealthHumanOverride Event, keeps the taint, and never cordons again for this incident."""
@@ -21,7 +22,7 @@ def test_a_human_uncordon_is_not_undone_for_the_same_incident(
     assert gpu_node.node()["metadata"]["annotations"]["gpuhealth.io/cordoned"] == "true"
 
     human.patch_node(NODE, {"spec": {"unschedulable": False}})
-    assert eventually(lambda: not gpu_node.executor.facts().unschedulable), "the watch never saw the uncordon"
+    assert wait_until(lambda: not gpu_node.executor.facts().unschedulable), "the watch never saw the uncordon"
     gpu_node.tick()
     gpu_node.ticks(5)
 
@@ -31,7 +32,7 @@ def test_a_human_uncordon_is_not_undone_for_the_same_incident(
 
 
 def test_an_api_outage_during_a_fault_is_survived_and_the_node_is_marked_when_it_returns(
-    gpu_node: GpuNode,
+    gpu_node: KubeGpuNode,
 ) -> None:
     """The API server answers 503 for five minutes as XID 79 strikes: the passes fail (logged, retried),
     the agent keeps running, and the first pass after the outage taints the node and sends the Event."""
@@ -50,7 +51,7 @@ def test_an_api_outage_during_a_fault_is_survived_and_the_node_is_marked_when_it
     assert gpu_node.events() == ["GPUHealthUnhealthy"]
 
 
-def test_refused_connections_are_survived_too(gpu_node: GpuNode) -> None:
+def test_refused_connections_are_survived_too(gpu_node: KubeGpuNode) -> None:
     """The API server's listener is gone (connection refused) for five minutes: same outcome as a 503."""
     gpu_node.tick()
     gpu_node.sim.faults.outage(300, refuse_connections=True)
@@ -64,7 +65,7 @@ def test_refused_connections_are_survived_too(gpu_node: GpuNode) -> None:
     assert gpu_node.taint() == "reboot:NoSchedule"
 
 
-def test_a_restarted_agent_keeps_the_incident_id_and_sends_no_duplicate_event(gpu_node: GpuNode) -> None:
+def test_a_restarted_agent_keeps_the_incident_id_and_sends_no_duplicate_event(gpu_node: KubeGpuNode) -> None:
     """Agent pod restarted mid-incident: the state file on the node gives back the same incident; the new
     agent finds the node already as it should be and writes nothing."""
     gpu_node.tick()
@@ -81,7 +82,7 @@ def test_a_restarted_agent_keeps_the_incident_id_and_sends_no_duplicate_event(gp
     assert gpu_node.node()["metadata"]["annotations"]["gpuhealth.io/incident"] == before.id
 
 
-def test_a_429_storm_is_waited_out_as_retry_after_says_then_applied(gpu_node: GpuNode) -> None:
+def test_a_429_storm_is_waited_out_as_retry_after_says_then_applied(gpu_node: KubeGpuNode) -> None:
     """Three node PATCHes answered 429 Retry-After: 2 -> the executor waits 2 s each time (on the clock),
     then the taint goes through in the same pass."""
     gpu_node.tick()
@@ -99,7 +100,7 @@ def test_a_429_storm_is_waited_out_as_retry_after_says_then_applied(gpu_node: Gp
     assert gpu_node.executor.requests_total - requests_before >= len(result.report.results) + 3
 
 
-def test_dry_run_plans_everything_and_leaves_the_node_untouched(gpu_node: GpuNode) -> None:
+def test_dry_run_plans_everything_and_leaves_the_node_untouched(gpu_node: KubeGpuNode) -> None:
     """--dry-run: XID 79 is judged and every step planned and reported, but the node, its Events and the
     state file stay as they were."""
     gpu_node.dry_run = True

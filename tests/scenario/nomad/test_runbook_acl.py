@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from scenario_rig import NomadGpuNode
 from structlog.testing import capture_logs
 
 from gpuhealth.core.clock import ManualClock
@@ -31,7 +31,7 @@ def sim(clock: ManualClock) -> Iterator[NomadSim]:
         yield nomad
 
 
-def test_the_documented_agent_policy_is_enough_to_quarantine(gpu_node: Any, sim: NomadSim) -> None:
+def test_the_documented_agent_policy_is_enough_to_quarantine(gpu_node: NomadGpuNode, sim: NomadSim) -> None:
     """agent read, node write, read-job and alloc-lifecycle: XID 79 makes the node ineligible."""
     gpu_node.token = sim.create_token("agent", AGENT_RULES)
     gpu_node.tick()
@@ -43,7 +43,7 @@ def test_the_documented_agent_policy_is_enough_to_quarantine(gpu_node: Any, sim:
 
 
 def test_a_token_without_node_write_is_one_clear_error_and_an_unknown_report_not_a_crash_loop(
-    gpu_node: Any, sim: NomadSim
+    gpu_node: NomadGpuNode, sim: NomadSim
 ) -> None:
     """The agent's token may read but not write nodes: one error line naming node:write, the verdict
     carries an unknown EXECUTOR_FORBIDDEN finding (the aggregator sees the node as blind), the node is

@@ -9,12 +9,13 @@ test breaks; each test drives their loop one pass at a time with ``tick()``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from live_aggregator import LiveAggregator
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
@@ -29,15 +30,7 @@ from sim.nomad.harness import NomadSim, running_nomad_sim
 
 TOKEN = "drain-scenario-token"
 FLEET = 16
-HANG_GUARD_S = 20.0
 PERMIT_RETRY_S = 0.3
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = HANG_GUARD_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def job(job_id: str, job_type: str, count: int = 1, gpus: int = 0) -> dict[str, Any]:
@@ -115,8 +108,8 @@ class Fleet:
         return result
 
     def executor(self, node: str) -> NomadExecutor:
-        executor: Any = self.agents[node].parts.executor
-        return executor  # the recovery wrapper hands the Nomad executor's extras through
+        # the recovery wrapper hands the Nomad executor's extras through
+        return cast(NomadExecutor, self.agents[node].parts.executor)
 
     def break_node(self, node: str) -> TickResult:
         """XID 79 on GPU 0 and the pass that handles it (permit asked, drain started if granted)."""
@@ -200,7 +193,7 @@ def test_xid_79_on_a_training_node_drains_it_and_restarts_the_batch_job_once_off
         now = live(nomad, "llm")
         return len(now) == 4 and not before & ids(now) and all(a["NodeName"] != bad for a in now)
 
-    wait_until(restarted_elsewhere, "four new allocations of the training job off the bad node")
+    wait_until(restarted_elsewhere, message="four new allocations of the training job off the bad node")
     assert {a["ID"] for a in live(nomad, "gpuhealth-agent") if a["NodeName"] == bad} == agents_before
     assert not fleet.eligible(bad)
     node = nomad.state.node(bad)
@@ -227,7 +220,7 @@ def test_a_restarted_agent_does_not_drain_or_requeue_the_same_incident_again(
     fleet.agent(bad)
     incident = fleet.break_node(bad).health.incident
     fleet.finish_drain(bad)
-    wait_until(lambda: len(live(nomad, "llm")) == 4, "the training job placed again")
+    wait_until(lambda: len(live(nomad, "llm")) == 4, message="the training job placed again")
     restarted = ids(live(nomad, "llm"))
 
     fleet.restart(bad)
@@ -357,7 +350,9 @@ def test_two_nodes_of_one_batch_job_failing_a_second_apart_restart_it_once(
     fleet.agent(second)
 
     assert drain_results(fleet.break_node(first)) == [("Drain", True, "drain started")]
-    wait_until(lambda: len(live(nomad, "pair")) == 2 and not originals & ids(live(nomad, "pair")), "restart")
+    wait_until(
+        lambda: len(live(nomad, "pair")) == 2 and not originals & ids(live(nomad, "pair")), message="restart"
+    )
     restarted = {str(alloc["NodeName"]): str(alloc["ID"]) for alloc in live(nomad, "pair")}
     assert second in restarted, "the restart was expected to place a rank on the second node"
     (healthy_rank,) = {alloc_id for name, alloc_id in restarted.items() if name != second}

@@ -3,10 +3,10 @@ it is repaired, it comes back. Each test reads as what an operator would see wit
 
 from __future__ import annotations
 
-from typing import Any
+from scenario_rig import NomadGpuNode
 
 
-def test_xid_79_sets_metadata_and_makes_the_node_ineligible_in_the_same_tick(gpu_node: Any) -> None:
+def test_xid_79_sets_metadata_and_makes_the_node_ineligible_in_the_same_tick(gpu_node: NomadGpuNode) -> None:
     """XID 79 on GPU 3 -> gpuhealth.state=unhealthy, gpuhealth.incident, gpuhealth.unhealthy_gpus naming
     GPU 3, and eligibility ineligible, all in the pass the XID woke."""
     gpu_node.tick()
@@ -26,7 +26,7 @@ def test_xid_79_sets_metadata_and_makes_the_node_ineligible_in_the_same_tick(gpu
     assert meta["gpuhealth.ineligible_by"] == "gpuhealth"
 
 
-def test_xid_13_changes_nothing_on_the_node(gpu_node: Any) -> None:
+def test_xid_13_changes_nothing_on_the_node(gpu_node: NomadGpuNode) -> None:
     """XID 13 is the application's fault: not one write, the node index unchanged."""
     gpu_node.ticks(3)
     writes, index = gpu_node.writes(), gpu_node.index()
@@ -40,7 +40,7 @@ def test_xid_13_changes_nothing_on_the_node(gpu_node: Any) -> None:
 
 
 def test_the_node_is_released_after_the_fault_clears_and_m_clean_readings_and_the_dwell(
-    gpu_node: Any,
+    gpu_node: NomadGpuNode,
 ) -> None:
     """Remap pending -> ineligible; GPU reset -> still ineligible until M clean readings and the dwell ->
     eligible again, state healthy, the incident's keys gone."""
@@ -63,7 +63,7 @@ def test_the_node_is_released_after_the_fault_clears_and_m_clean_readings_and_th
     assert not {"gpuhealth.incident", "gpuhealth.unhealthy_gpus", "gpuhealth.ineligible_by"} & set(meta)
 
 
-def test_a_healthy_node_costs_zero_writes_over_many_ticks(gpu_node: Any) -> None:
+def test_a_healthy_node_costs_zero_writes_over_many_ticks(gpu_node: NomadGpuNode) -> None:
     """After the first pass marks the node healthy, an hour of passes writes nothing."""
     gpu_node.tick()
     writes, index = gpu_node.writes(), gpu_node.index()

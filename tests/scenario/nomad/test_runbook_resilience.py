@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from scenario_rig import NomadGpuNode
 
 from agent.loop import TickResult
 from gpuhealth.core.steps import EmitEvent, StepResult
@@ -14,7 +14,7 @@ def nomad_results(result: TickResult) -> list[StepResult]:
 
 
 def test_a_nomad_outage_during_a_fault_is_survived_and_the_node_quarantined_when_it_returns(
-    gpu_node: Any,
+    gpu_node: NomadGpuNode,
 ) -> None:
     """Nomad answers 503 for five minutes as XID 79 strikes: the pass fails (retried, logged), the agent
     keeps running, and the first pass after the outage sets the metadata and the ineligibility."""
@@ -32,7 +32,7 @@ def test_a_nomad_outage_during_a_fault_is_survived_and_the_node_quarantined_when
     assert gpu_node.state() == "unhealthy"
 
 
-def test_refused_connections_are_survived_too(gpu_node: Any) -> None:
+def test_refused_connections_are_survived_too(gpu_node: NomadGpuNode) -> None:
     """The Nomad agent's port refuses connections for five minutes: same outcome as a 503."""
     gpu_node.tick()
     gpu_node.sim.outage(300, refuse_connections=True)
@@ -46,7 +46,7 @@ def test_refused_connections_are_survived_too(gpu_node: Any) -> None:
     assert not gpu_node.eligible()
 
 
-def test_a_restarted_agent_keeps_the_incident_and_writes_nothing(gpu_node: Any) -> None:
+def test_a_restarted_agent_keeps_the_incident_and_writes_nothing(gpu_node: NomadGpuNode) -> None:
     """Agent restarted mid-incident: the same incident from the state file, the node already as it should
     be, no write."""
     gpu_node.tick()
@@ -62,7 +62,7 @@ def test_a_restarted_agent_keeps_the_incident_and_writes_nothing(gpu_node: Any) 
     assert gpu_node.meta()["gpuhealth.incident"] == before.id
 
 
-def test_dry_run_plans_everything_and_leaves_the_node_untouched(gpu_node: Any) -> None:
+def test_dry_run_plans_everything_and_leaves_the_node_untouched(gpu_node: NomadGpuNode) -> None:
     """--dry-run: XID 79 is judged and every step planned and reported; the node and the state file stay."""
     gpu_node.dry_run = True
     index = gpu_node.index()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gpuhealth.core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim

@@ -57,7 +57,7 @@ def test_one_pod_per_eligible_node_with_controller_owner_reference() -> None:
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["controller"]) == ("DaemonSet", True)
         assert pod["status"]["phase"] == "Running"
-    status = store.get("daemonsets.apps", "gpuhealth", "agent")["status"]  # type: ignore[index]
+    status = store.get("daemonsets.apps", "gpuhealth", "agent")["status"]
     assert (status["desiredNumberScheduled"], status["currentNumberScheduled"], status["numberReady"]) == (
         2,
         2,

@@ -29,12 +29,12 @@ def test_pdb_status_reports_healthy_desired_expected_and_allowed() -> None:
     )
     controller = DisruptionController()
     controller.reconcile(store)
-    status = store.get("poddisruptionbudgets.policy", "ml", "web")["status"]  # type: ignore[index]
+    status = store.get("poddisruptionbudgets.policy", "ml", "web")["status"]
     assert (status["currentHealthy"], status["desiredHealthy"], status["expectedPods"]) == (2, 1, 3)
     assert status["disruptionsAllowed"] == 1
     allowed = next(c for c in status["conditions"] if c["type"] == "DisruptionAllowed")
     assert (allowed["status"], allowed["reason"]) == ("True", "SufficientPods")
-    version = store.get("poddisruptionbudgets.policy", "ml", "web")["metadata"]["resourceVersion"]  # type: ignore[index]
+    version = store.get("poddisruptionbudgets.policy", "ml", "web")["metadata"]["resourceVersion"]
     controller.reconcile(store)
-    again = store.get("poddisruptionbudgets.policy", "ml", "web")["metadata"]["resourceVersion"]  # type: ignore[index]
+    again = store.get("poddisruptionbudgets.policy", "ml", "web")["metadata"]["resourceVersion"]
     assert again == version, "an unchanged budget is not rewritten (the controller manager must settle)"

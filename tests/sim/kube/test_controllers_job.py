@@ -85,7 +85,7 @@ def test_creates_parallelism_pods_with_labels_owner_and_tracking_finalizer() -> 
     _settle(store)
     pods = _pods(store)
     assert len(pods) == 2
-    job_uid = store.get("jobs.batch", "ml", "train")["metadata"]["uid"]  # type: ignore[index]
+    job_uid = store.get("jobs.batch", "ml", "train")["metadata"]["uid"]
     for pod in pods:
         assert pod["metadata"]["name"].startswith("train-")
         assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "train"

@@ -50,7 +50,7 @@ def test_bound_pod_on_ready_node_runs_with_ready_conditions_and_ips() -> None:
     for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
         assert conditions[kind] == "True"
     assert pod["status"]["startTime"] == "2026-01-01T00:00:00Z"
-    assert pod["status"]["hostIP"] == store.get("nodes", None, "n1")["status"]["addresses"][0]["address"]  # type: ignore[index]
+    assert pod["status"]["hostIP"] == store.get("nodes", None, "n1")["status"]["addresses"][0]["address"]
     assert pod["status"]["podIP"].startswith("10.")
     assert pod["status"]["containerStatuses"][0]["state"]["running"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -49,8 +49,9 @@ class Cluster:
         self.settle()
 
     def jobset(self, name: str = "train") -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, name)
-        return obj
+        return cast(
+            "dict[str, Any]", self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, name)
+        )
 
     def conditions(self, name: str = "train") -> dict[str, tuple[str, str]]:
         status = self.jobset(name).get("status") or {}
@@ -116,7 +117,7 @@ def test_replicated_jobs_become_named_labelled_child_jobs_whose_pods_run(cluster
     JobSet's name, replicated job, index and restart attempt, owned by the JobSet."""
     created = cluster.custom.create_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, _jobset())
     cluster.settle()
-    jobs = {j.metadata.name: j for j in cluster.batch.list_namespaced_job("ml").items}
+    jobs = {cast(str, j.metadata.name): j for j in cluster.batch.list_namespaced_job("ml").items}
     assert sorted(jobs) == ["train-workers-0", "train-workers-1"]
     labels = jobs["train-workers-1"].metadata.labels
     assert labels["jobset.sigs.k8s.io/jobset-name"] == "train"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -36,14 +36,15 @@ class Cluster:
         assert self.sim.settle(10.0)
 
     def job(self) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, "ddp")
-        return obj
+        return cast(
+            "dict[str, Any]", self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, "ddp")
+        )
 
     def conditions(self) -> dict[str, tuple[str, str]]:
         return {c["type"]: (c["status"], c["reason"]) for c in self.job()["status"].get("conditions") or []}
 
     def pods(self) -> dict[str, client.V1Pod]:
-        return {p.metadata.name: p for p in self.core.list_namespaced_pod("ml").items}
+        return {cast(str, p.metadata.name): p for p in self.core.list_namespaced_pod("ml").items}
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -35,11 +35,15 @@ class Cluster:
         assert self.sim.settle(10.0)
 
     def jobset(self) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(*JOBSET, "ml", "jobsets", "llm")
-        return obj
+        return cast(
+            "dict[str, Any]", self.custom.get_namespaced_custom_object(*JOBSET, "ml", "jobsets", "llm")
+        )
 
     def trainjob_conditions(self) -> dict[str, tuple[str, str]]:
-        job = self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", "trainjobs", "llm")
+        job = cast(
+            "dict[str, Any]",
+            self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", "trainjobs", "llm"),
+        )
         return {c["type"]: (c["status"], c["reason"]) for c in job.get("status", {}).get("conditions") or []}
 
     def live_pods(self) -> list[client.V1Pod]:

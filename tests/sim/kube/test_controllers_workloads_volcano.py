@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -34,15 +34,16 @@ class Cluster:
         assert self.sim.settle(10.0)
 
     def job(self) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, "mpi")
-        return obj
+        return cast(
+            "dict[str, Any]", self.custom.get_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, "mpi")
+        )
 
     def phase(self) -> str:
         return str(self.job()["status"]["state"]["phase"])
 
     def pods(self) -> dict[str, client.V1Pod]:
         pods = self.core.list_namespaced_pod("ml").items
-        return {p.metadata.name: p for p in pods if p.metadata.deletion_timestamp is None}
+        return {cast(str, p.metadata.name): p for p in pods if p.metadata.deletion_timestamp is None}
 
     def evict(self, name: str) -> None:
         eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="ml"))
@@ -83,8 +84,8 @@ def _create(cluster: Cluster, policies: list[dict[str, Any]] | None = None, **sp
             **spec,
         },
     }
-    created: dict[str, Any] = cluster.custom.create_namespaced_custom_object(
-        GROUP, VERSION, "ml", PLURAL, body
+    created = cast(
+        "dict[str, Any]", cluster.custom.create_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, body)
     )
     assert cluster.sim.settle(10.0)
     return created

@@ -5,7 +5,7 @@ API concepts "Discovery API": https://kubernetes.io/docs/reference/using-api/api
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from kubernetes import client
@@ -94,8 +94,9 @@ def test_custom_resources_registered_at_start_are_served() -> None:
             "spec": {"suspend": False},
             "status": {"restarts": 9},
         }
-        created = custom.create_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", body
+        created = cast(  # the custom-objects API returns the JSON object, typed `object`
+            "dict[str, Any]",
+            custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", body),
         )
         assert "status" not in created
         patched = custom.patch_namespaced_custom_object(

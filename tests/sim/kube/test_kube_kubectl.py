@@ -10,13 +10,13 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from waiting import wait_until
 
 from sim.kube.harness import KubeSim, running_kube_sim
 
@@ -140,18 +140,17 @@ def _replicaset_owner(apps: client.AppsV1Api) -> dict[str, Any]:
 
 
 def _wait_ready(core: client.CoreV1Api, node: str, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
         ready = [
             p
             for p in pods
             if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
         ]
-        if len(ready) >= count:
-            return
-        time.sleep(0.1)
-    pytest.fail(f"pods on {node} did not become Ready")
+        return len(ready) >= count
+
+    if not wait_until(ready, interval=0.1):
+        pytest.fail(f"pods on {node} did not become Ready")
 
 
 def test_kubectl_drain_evicts_workload_pods_and_skips_daemonsets(live_sim: KubeSim, kubectl: Kubectl) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 import httpx
 import nomad
 import pytest
 from nomad.api.exceptions import BaseNomadException
+from waiting import HANG_GUARD_S, wait_until
 
 from gpuhealth.core.clock import ManualClock
 from sim.nomad.harness import NomadSim
@@ -127,14 +127,7 @@ def test_stopping_the_sim_answers_open_blocking_queries_at_once() -> None:
     stop_took = time.monotonic() - started
     poller.join(30)
     assert answers == [200]
-    assert stop_took < 20  # hang guard: without the wake-up the poll would hold for minutes
-
-
-def _eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
+    assert stop_took < HANG_GUARD_S  # without the wake-up the poll would hold for minutes
 
 
 def _open_long_poll(sim: NomadSim) -> socket.socket:
@@ -150,13 +143,13 @@ def test_a_blocking_query_ends_when_its_client_goes_away(nomad_sim: NomadSim) ->
     """A long poll whose client closed the connection stops waiting at once, while the server keeps running
     and nothing has changed (it would otherwise wait out its five minutes)."""
     polls = [_open_long_poll(nomad_sim) for _ in range(3)]
-    assert _eventually(lambda: nomad_sim.app.open_queries == 3), "the long polls never started waiting"
+    assert wait_until(lambda: nomad_sim.app.open_queries == 3), "the long polls never started waiting"
 
     polls[0].close()
-    assert _eventually(lambda: nomad_sim.app.open_queries == 2), "a query outlived its client"
+    assert wait_until(lambda: nomad_sim.app.open_queries == 2), "a query outlived its client"
     for conn in polls[1:]:
         conn.close()
-    assert _eventually(lambda: nomad_sim.app.open_queries == 0)
+    assert wait_until(lambda: nomad_sim.app.open_queries == 0)
     assert httpx.get(f"{nomad_sim.address}/v1/nodes").status_code == 200  # the server is unharmed
 
 
@@ -167,7 +160,7 @@ def test_stop_returns_promptly_with_many_open_and_abandoned_blocking_queries() -
 
     with running_nomad_sim(nodes=1, controllers=False) as sim:
         polls = [_open_long_poll(sim) for _ in range(12)]
-        assert _eventually(lambda: sim.app.open_queries == 12), "the long polls never started waiting"
+        assert wait_until(lambda: sim.app.open_queries == 12), "the long polls never started waiting"
         for conn in polls[8:]:
             conn.close()
         started = time.monotonic()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from executor_defaults import ExecutorDefaults
 from live_aggregator import LiveAggregator, free_port
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.aggregator_link import AggregatorLink
 from agent.backends.fake_nvml import FakeNvml
@@ -31,7 +32,6 @@ from remediation.plan import facts_after
 
 NODE = "gpu-node-0"
 TOKEN = "unit-test-token"
-HANG_GUARD_S = 10.0
 
 
 class FakeNode(ExecutorDefaults):
@@ -246,9 +246,7 @@ def test_the_sender_thread_delivers_without_being_asked(agent: Agent, ops: Aggre
     link.start()
     try:
         agent.tick()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while link.stats.accepted == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: link.stats.accepted != 0)
     finally:
         link.stop()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from executor_defaults import ExecutorDefaults
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.nvml_backend import NvmlBackend
@@ -22,8 +23,6 @@ from gpuhealth.core.health import NodeState
 from gpuhealth.core.snapshot import NodeSnapshot
 from gpuhealth.core.steps import ApplyReport, EmitEvent, NodeFacts, SetTaint, Step, StepResult
 from remediation.plan import RemediationMemory, RemediationPolicy, facts_after
-
-HANG_GUARD_S = 5.0
 
 
 class FakeNode(ExecutorDefaults):
@@ -243,20 +242,6 @@ def run_in_thread(agent: Agent) -> threading.Thread:
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
     return thread
-
-
-def wait_until(predicate: object, timeout: float = HANG_GUARD_S) -> bool:
-    event = threading.Event()
-    deadline = threading.Timer(timeout, event.set)
-    deadline.start()
-    try:
-        while not event.is_set():
-            if predicate():  # type: ignore[operator]
-                return True
-            event.wait(0.01)
-        return False
-    finally:
-        deadline.cancel()
 
 
 def test_run_ticks_at_once_on_an_xid_without_waiting_for_the_interval(rig: Rig) -> None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from waiting import HANG_GUARD_S
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.kernel_log import KernelLogError, KmsgFollower, RecordSource
@@ -16,7 +17,6 @@ from agent.sources import XidCallback, XidFeed
 from gpuhealth.core.clock import RealClock
 from gpuhealth.core.snapshot import NodeSnapshot
 
-HANG_GUARD_S = 5.0
 GPU3_PCI_KMSG = "0000:5d:00"  # how the driver spells GPU 3's address (00000000:5D:00.0 in NVML)
 
 

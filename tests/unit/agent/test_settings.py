@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from repo_paths import DOCS
 
 from agent.settings import AgentSettings, SettingsError, load_settings
 from agent.settings_doc import DocError, main, render, settings_table
 
-DOC = Path(__file__).parents[3] / "docs" / "agent.md"
+DOC = DOCS / "agent.md"
 
 
 @pytest.fixture(autouse=True)

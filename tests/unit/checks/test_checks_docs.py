@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from repo_paths import DOCS
 
 from checks.config import ChecksConfig
 from checks.docgen import DocError, config_table, main, render, xid_table
 from checks.xid_catalogue import CATALOGUE
 
-DOC = Path(__file__).parents[3] / "docs" / "checks.md"
+DOC = DOCS / "checks.md"
 
 
 def test_docs_checks_md_is_generated_from_the_current_code() -> None:

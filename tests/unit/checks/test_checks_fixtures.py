@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from repo_paths import FIXTURES as TEST_FIXTURES
 
 from checks.runner import run_checks
 from gpuhealth.core.findings import Action, Status
 from gpuhealth.core.snapshot import NodeSnapshot
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "snapshots"
+FIXTURES = TEST_FIXTURES / "snapshots"
 
 EXPECTED: dict[str, tuple[Status, Action, set[str]]] = {
     "h100-sxm-healthy.json": (Status.OK, Action.NONE, set()),

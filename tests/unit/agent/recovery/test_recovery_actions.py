@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from waiting import HANG_GUARD_S
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.recovery.actions import HostActions
@@ -23,7 +24,6 @@ from gpuhealth.core.steps import Reboot, Reset, Validate, WithdrawReboot
 from remediation.recovery_plan import RecoveryRules
 from sim.simulated_recovery import SimulatedNodeRecovery
 
-HANG_GUARD_S = 10.0
 INCIDENT = "inc-1"
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from repo_paths import FIXTURES as TEST_FIXTURES
 
 from agent.backends.dcgm_exporter import (
     UNAVAILABLE_CODE,
@@ -19,7 +18,7 @@ from checks.dcgm import merge_findings
 from gpuhealth.core.findings import Action, Finding, Status
 from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 
 
 def page(name: str) -> str:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES
 
 from agent.backends.dcgm_exporter import UNAVAILABLE_CODE, ExporterSource
 from gpuhealth.core.findings import Status
 from gpuhealth.core.snapshot import NodeSnapshot
 
-PAGE = (
-    Path(__file__).parents[1] / "fixtures" / "dcgm" / "exporter-3.3.5-3.4.1-faults-pods.prom"
-).read_bytes()
+PAGE = (FIXTURES / "dcgm" / "exporter-3.3.5-3.4.1-faults-pods.prom").read_bytes()
 
 
 class _Exporter(http.server.BaseHTTPRequestHandler):

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import stat
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from executor_defaults import ExecutorDefaults
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DcgmiStopped, run_diag
 from agent.backends.fake_nvml import FakeNvml
@@ -30,7 +30,6 @@ from remediation.plan import facts_after
 from remediation.recovery_plan import RecoveryRules
 
 NODE = "gpu-node-0"
-HANG_GUARD_S = 10.0
 
 HANGING_DCGMI = """#!{python}
 import subprocess, sys, time
@@ -51,10 +50,7 @@ def install_hanging_dcgmi(tmp_path: Path) -> tuple[str, Path]:
 
 
 def started_pids(pids: Path) -> list[int]:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not (pids.exists() and pids.read_text().endswith("\n")):
-        assert time.monotonic() < deadline, "the fake dcgmi never started"
-        time.sleep(0.02)
+    wait_until(lambda: pids.exists() and pids.read_text().endswith("\n"), message="the fake dcgmi to start")
     return [int(pid) for pid in pids.read_text().split()]
 
 
@@ -69,9 +65,7 @@ def alive(pid: int) -> bool:
 
 def wait_gone(pids: Sequence[int]) -> list[int]:
     """The pids still running after the hang guard (empty: all gone)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: not any(alive(pid) for pid in pids))
     return [pid for pid in pids if alive(pid)]
 
 

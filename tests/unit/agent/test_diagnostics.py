@@ -9,6 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES as TEST_FIXTURES
+from waiting import SLOW_HANG_GUARD_S
 
 from agent.backends.dcgmi import DiagRun, run_diag
 from agent.diagnostics import DiagnosticsRunner, spread_s
@@ -23,12 +25,11 @@ from gpuhealth.core.plan_memory import RemediationMemory
 from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 from gpuhealth.core.steps import ApplyReport, SetTaint, StepResult
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 NODE = "gpu-node-03"
 SNAPSHOT = NodeSnapshot(
     node=NODE, gpus=[GpuSnapshot(index=0, uuid="GPU-zero"), GpuSnapshot(index=1, uuid="GPU-one")]
 )
-HANG_GUARD_S = 30.0
 
 FAKE_DCGMI = """#!{python}
 import sys
@@ -99,7 +100,7 @@ class Rig:
 
     def finish(self) -> NodeHealth:
         """Let the running dcgmi end, then one pass settles it."""
-        assert self.runner.wait(HANG_GUARD_S)
+        assert self.runner.wait(SLOW_HANG_GUARD_S)
         return self.tick()
 
     def until_due(self) -> None:
@@ -259,7 +260,7 @@ def test_agent_restarted_mid_run_leaves_testing_and_says_the_run_was_interrupted
     saved = first.machine.export(RemediationMemory())
     assert saved.health.state is NodeState.TESTING
     assert first.store.load().running is not None
-    assert first.runner.wait(HANG_GUARD_S)
+    assert first.runner.wait(SLOW_HANG_GUARD_S)
 
     second = Rig(tmp_path, settings=DiagnosticsSettings(), initial=saved)  # the process died mid-run
     assert second.machine.health.state is NodeState.TESTING

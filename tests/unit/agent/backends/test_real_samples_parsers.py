@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from repo_paths import FIXTURES
 
 from agent.backends.dcgm_exporter import findings_for_page, host_of, parse_metrics
 from agent.backends.kernel_log import parse_kernel_log, parse_sxid_line
@@ -17,8 +17,8 @@ from checks.config import ChecksConfig
 from checks.dcgmi import DcgmiOutputError, parse_diag
 from gpuhealth.cli.main import main
 
-REAL = Path(__file__).parents[1] / "fixtures" / "real"
-SNAPSHOT = Path(__file__).parents[1] / "fixtures" / "snapshots" / "h100-sxm-healthy.json"
+REAL = FIXTURES / "real"
+SNAPSHOT = FIXTURES / "snapshots" / "h100-sxm-healthy.json"
 
 
 def text(name: str) -> str:

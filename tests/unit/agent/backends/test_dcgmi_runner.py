@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES as TEST_FIXTURES
 
 from agent.backends.dcgmi import UNAVAILABLE_CODE, DcgmiError, DcgmiHealthSource, run_diag, run_health
 from gpuhealth.core.findings import Action, Status
 from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 
 FAKE = """#!{python}
 import sys, time

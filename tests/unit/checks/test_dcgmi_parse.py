@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from repo_paths import FIXTURES as TEST_FIXTURES
 
 from checks.dcgm import Grade, grade_from_text, system_code, upper_snake
 from checks.dcgmi import DcgmiOutputError, health_findings, parse_diag, parse_health
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
+FIXTURES = TEST_FIXTURES / "dcgm"
 
 
 def text(name: str) -> str:

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from repo_paths import FIXTURES
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.kernel_log import (
     JournalFollower,
@@ -31,7 +33,7 @@ from agent.backends.kernel_log import (
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent
 
-LOGS = Path(__file__).parent.parent / "fixtures" / "kernel_logs"
+LOGS = FIXTURES / "kernel_logs"
 # The yearless fixtures (classic syslog, journalctl short) are read as this year.
 FIXTURE_YEAR = 2025
 
@@ -908,7 +910,6 @@ def test_a_whole_fixture_log_lands_on_the_right_gpus() -> None:
 # --- followers -----------------------------------------------------------------------------------------------
 
 STOP_BOUND_S = 1.0
-WAIT_S = 10.0  # hang guard only; deliveries normally arrive within milliseconds
 
 
 class Collector:
@@ -925,7 +926,7 @@ class Collector:
 
     def wait_for(self, count: int) -> list[XidEvent]:
         with self._changed:
-            self._changed.wait_for(lambda: len(self.events) >= count, WAIT_S)
+            self._changed.wait_for(lambda: len(self.events) >= count, HANG_GUARD_S)
             return list(self.events)
 
 
@@ -1045,9 +1046,7 @@ def test_a_failing_callback_does_not_end_the_follow() -> None:
     source = OverwrittenKmsg(*records)
     follower = KmsgFollower(flaky, opener=lambda path: source, poll_interval=0.01)
     follower.start()
-    deadline = time.monotonic() + WAIT_S
-    while len(delivered) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(delivered) >= 2)
     follower.stop()
     assert delivered == [13, 31]
 

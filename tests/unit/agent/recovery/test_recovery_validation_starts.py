@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from waiting import HANG_GUARD_S
+
 from agent.backends.fake_nvml import FakeNvml
 from agent.recovery.actions import HostActions
 from agent.recovery.executor import LocalRecovery, LocalRecoveryParts
@@ -16,9 +18,8 @@ from agent.recovery.validation import ValidationOutcome
 from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
 from gpuhealth.core.steps import StepResult, Validate
 from remediation.recovery_plan import RecoveryRules, plan_recovery, record_results
-from tests.unit.test_recovery_plan import DRAIN_DONE, DRAINED, INCIDENT, health
+from tests.unit.remediation.test_recovery_plan import DRAIN_DONE, DRAINED, INCIDENT, health
 
-HANG_GUARD_S = 10.0
 RULES = RecoveryRules(max_validation_starts=3)
 
 

@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from agent.recovery.commands import fill, run_command
+from waiting import HANG_GUARD_S
 
-HANG_GUARD_S = 10.0
+from agent.recovery.commands import fill, run_command
 
 
 def python(code: str) -> list[str]:

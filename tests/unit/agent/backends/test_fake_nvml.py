@@ -8,6 +8,7 @@ import time
 
 import pynvml
 import pytest
+from waiting import HANG_GUARD_S
 
 from agent.backends import nvml
 from agent.backends.fake_gpu import CLOCKS_EVENT_REASONS
@@ -482,5 +483,5 @@ def test_concurrent_injection_and_waiting_lose_no_event(h100: FakeNvml) -> None:
     for thread in (waiter, *injectors):
         thread.start()
     for thread in (*injectors, waiter):
-        thread.join(15)
+        thread.join(HANG_GUARD_S)
     assert sorted(received) == sorted(1000 * offset + n for offset in range(4) for n in range(100))

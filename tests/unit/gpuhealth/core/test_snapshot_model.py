@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import FIXTURES
 
 from agent.backends.replay import SnapshotError, load_snapshot, parse_snapshot
 from gpuhealth.core.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot, pci_key
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "snapshots" / "contracts-example.json"
+FIXTURE = FIXTURES / "snapshots" / "contracts-example.json"
 
 
 def _minimal(**gpu: Any) -> dict[str, Any]:

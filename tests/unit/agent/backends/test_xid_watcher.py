@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 import structlog
 from structlog.testing import capture_logs
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends import nvml
 from agent.backends.fake_nvml import FakeNvml
@@ -25,7 +26,6 @@ from gpuhealth.core.snapshot import XidEvent
 pytestmark = pytest.mark.timeout(30)  # hang guard only; each test takes well under a second
 
 EVENT_TIME = datetime(2026, 12, 2, 7, 39, 58, tzinfo=UTC)
-WAIT_S = 5.0  # generous bound for an event to cross threads
 
 
 def _clock() -> datetime:
@@ -46,7 +46,7 @@ class _Collector:
 
     def wait_for(self, count: int) -> list[XidEvent]:
         with self._arrived:
-            assert self._arrived.wait_for(lambda: len(self.events) >= count, WAIT_S), self.events
+            assert self._arrived.wait_for(lambda: len(self.events) >= count, HANG_GUARD_S), self.events
             return list(self.events)
 
 
@@ -91,7 +91,7 @@ def test_injected_xids_reach_a_queue(fake: FakeNvml, watch: Callable[..., XidWat
     events: queue.Queue[XidEvent] = queue.Queue()
     watch(events)
     fake.inject_xid(0, 79)
-    event = events.get(timeout=WAIT_S)
+    event = events.get(timeout=HANG_GUARD_S)
     assert (event.xid, event.gpu_uuid, event.source) == (79, fake.gpu_uuids[0], "nvml")
 
 
@@ -216,10 +216,10 @@ def test_other_nvml_errors_are_logged_and_the_thread_keeps_going(
     with capture_logs() as logs:
         watcher = watch(_Collector(), error_backoff_s=(0.01, 0.02))
         fake.reload_driver()
-        deadline = time.monotonic() + WAIT_S
-        while sum(entry["event"] == "xid_watch_wait_failed" for entry in logs) < 3:
-            assert time.monotonic() < deadline, "watcher did not retry"
-            time.sleep(0.01)
+        wait_until(
+            lambda: sum(entry["event"] == "xid_watch_wait_failed" for entry in logs) >= 3,
+            message="the watcher to retry",
+        )
     assert watcher.running
     assert {"UNINITIALIZED"} == {entry["code"] for entry in logs if entry["event"] == "xid_watch_wait_failed"}
     assert watcher.stop()
@@ -262,10 +262,7 @@ def test_watcher_into_buffer_into_snapshot(fake: FakeNvml, watch: Callable[..., 
     buffer = XidBuffer()
     watch(buffer)
     fake.inject_xid(4, 119)
-    deadline = time.monotonic() + WAIT_S
-    while len(buffer) < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    assert wait_until(lambda: len(buffer) >= 1, interval=0.005)
     with NvmlBackend(fake, node_name="node-w", xid_buffer=buffer) as backend:
         snapshot = backend.snapshot()
         later = backend.snapshot()

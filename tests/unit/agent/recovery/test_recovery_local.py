@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from executor_defaults import ExecutorDefaults
+from repo_paths import FIXTURES as TEST_FIXTURES
+from waiting import HANG_GUARD_S
 
 from agent.backends import nvml as nvml_seam
 from agent.backends.dcgmi import DcgmiError, DiagRun
@@ -34,8 +36,7 @@ from gpuhealth.core.steps import (
 )
 from remediation.recovery_plan import RecoveryRules
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
-TIMEOUT_S = 10.0
+FIXTURES = TEST_FIXTURES / "dcgm"
 FAKE_SMI = """\
 import pathlib, sys
 log = pathlib.Path(sys.argv[1])
@@ -57,7 +58,7 @@ def smi(tmp_path: Path) -> list[str]:
 
 def command_resetter(nvml: FakeNvml, command: list[str]) -> GpuResetter:
     """The resetter of a real node: NVML's process check, then the configured command per GPU."""
-    actions = HostActions(RecoverySettings(reset_command=command, reset_timeout_s=TIMEOUT_S))
+    actions = HostActions(RecoverySettings(reset_command=command, reset_timeout_s=HANG_GUARD_S))
     return GpuResetter(nvml, actions.reset_gpu)
 
 
@@ -209,7 +210,7 @@ def validator(runner: object) -> DcgmiValidator:
     return DcgmiValidator(
         path=sys.executable,
         level=2,
-        timeout_s=TIMEOUT_S,
+        timeout_s=HANG_GUARD_S,
         clean_readings=3,
         runner=runner,  # type: ignore[arg-type]
     )
@@ -273,9 +274,6 @@ class OrchestratorExecutor(ExecutorDefaults):
     def close(self) -> None:
         self.closed = True
 
-    def drain_updates(self) -> list[object]:
-        return []
-
 
 def composite(
     tmp_path: Path, smi: list[str], nvml: FakeNvml
@@ -283,7 +281,7 @@ def composite(
     (tmp_path / "boot_id").write_text("boot-1\n")
     settings = RecoverySettings(
         reset_command=smi,
-        reset_timeout_s=TIMEOUT_S,
+        reset_timeout_s=HANG_GUARD_S,
         reboot=RebootSettings(sentinel_path=tmp_path / "reboot-required"),
         boot_id_path=tmp_path / "boot_id",
     )
