@@ -307,7 +307,7 @@ class _Player:
             return
         assert injection.target is not None  # the model requires one for every GPU fault
         try:
-            targets = self.world.targets.resolve(injection.target)
+            targets = self.world.targets.resolve(injection.target, injection)
         except TargetError as exc:
             raise ScenarioRunError(f"injection {injection.label()}: {exc}") from None
         self.world.targets.record_hit(injection.label(), targets)
