@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from sim.scenario.loader import parse_scenario
+import pytest
+
+from sim.scenario.loader import load_scenario, parse_scenario, shipped_scenarios
 from sim.scenario.model import Role, Scenario
 from sim.scenario.orchestrator import NodeView
-from sim.scenario.targets import TargetResolver
+from sim.scenario.targets import TargetError, TargetResolver, check_playable
 
 HEAD = "schema: gpuhealth.scenario/v1\nname: t\nfleet: {nodes: 6}\n"
 
@@ -108,3 +110,82 @@ def test_an_expectation_with_a_role_target_resolves_its_own_nodes() -> None:
     play(resolver, story)
     (expectation,) = story.expectations
     assert resolver.resolve(expectation.target, expectation) == ("n2",)  # type: ignore[union-attr]
+
+
+# --- a scenario its fleet cannot play is refused before anything starts --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            "timeline:\n- {at: 1s, name: b, target: {role: idle, count: 7}, fault: {kind: xid, xid: 79}}\n",
+            "injection b: 7 idle nodes #0, but at most 6 idle node(s) in this fleet",
+        ),
+        (
+            "workloads: {training: {nodes: 4}}\n"
+            "timeline:\n- {at: 1s, name: b, target: {role: idle, count: 3}, fault: {kind: xid, xid: 79}}\n",
+            "injection b: 3 idle nodes #0, but at most 2 idle node(s) in this fleet",
+        ),
+        (
+            "timeline:\n- {at: 1s, name: b, target: {role: training}, fault: {kind: xid, xid: 79}}\n",
+            "injection b: training node #0, but at most 0 training node(s) in this fleet",
+        ),
+        (
+            "timeline:\n"
+            "- {at: 1s, name: a, target: {role: idle, count: 4}, fault: {kind: xid, xid: 79}}\n"
+            "- {at: 2s, name: b, target: {role: idle, count: 3}, fault: {kind: xid, xid: 79}}\n",
+            "injection b: 3 idle nodes #0 after 4 node(s) already hit: the fleet has 6",
+        ),
+        (
+            "timeline:\n- {at: 1s, name: b, target: {role: idle}, gpu: 8, fault: {kind: xid, xid: 79}}\n",
+            "injection b: GPU 8, but a node has 8 GPU(s)",
+        ),
+        (
+            "workloads: {training: {nodes: 7}}\n",
+            "workloads: need 7 nodes (7 training, at least 0 inference), the fleet has 6",
+        ),
+        (
+            "workloads: {inference: {replicas: 1, gpus: 9}}\n",
+            "workloads: an inference pod asks for 9 GPUs, a node has 8",
+        ),
+        (
+            "expectations:\n- {name: e, kind: taint, target: {role: inference, count: 2}, by: 1s}\n",
+            "expectation 'e': 2 inference nodes #0, but at most 0 inference node(s) in this fleet",
+        ),
+    ],
+    ids=[
+        "more-than-fleet",
+        "idle-beside-training",
+        "no-training-job",
+        "hits-add-up",
+        "gpu-out-of-range",
+        "training-too-big",
+        "inference-pod-too-big",
+        "expectation-role",
+    ],
+)
+def test_a_scenario_the_fleet_cannot_play_is_refused_with_the_reason(body: str, problem: str) -> None:
+    with pytest.raises(TargetError) as caught:
+        check_playable(scenario(body))
+    assert str(caught.value) == problem
+
+
+def test_a_node_target_outside_a_resized_fleet_is_refused() -> None:
+    """`--nodes` renames the fleet (gpu-node-5 becomes gpu-node-05 at 12 nodes, is gone at 4)."""
+    story = scenario(
+        "timeline:\n- {at: 1s, name: b, target: {node: gpu-node-5}, fault: {kind: xid, xid: 79}}\n"
+    )
+    check_playable(story)
+    with pytest.raises(TargetError, match="injection b: no node named gpu-node-5 in a fleet of 4"):
+        check_playable(story.resized(4))
+
+
+@pytest.mark.parametrize("nodes", [None, 16, 200, 1000])
+def test_every_shipped_scenario_is_playable_at_its_sizes(nodes: int | None) -> None:
+    for name, path in shipped_scenarios().items():
+        story = load_scenario(path)
+        try:
+            check_playable(story if nodes is None else story.resized(nodes))
+        except TargetError as exc:
+            pytest.fail(f"{name}: {exc}")
