@@ -124,6 +124,16 @@ class HttpSettings(_Section):
     enabled: bool = Field(default=True, description="Serve the HTTP endpoint.")
     host: str = Field(default="0.0.0.0", description="Address to listen on.")  # noqa: S104 - a pod port
     port: int = Field(default=9477, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    request_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Socket timeout per connection: a client silent (or not reading) this long is dropped.",
+    )
+    max_connections: int = Field(
+        default=16,
+        ge=1,
+        description="Connections served at once; one more is closed at once (a warning a minute says so).",
+    )
 
 
 class AggregatorLinkSettings(_Section):
