@@ -50,7 +50,7 @@ class AgentHttpServer:
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         handler = _handler_class(registry, alive=alive, ready=ready, timeout_s=request_timeout_s)
-        self._server = _BoundedHttpServer((host, port), handler, max_connections=max_connections)
+        self._server = BoundedHttpServer((host, port), handler, max_connections=max_connections)
         self._thread: threading.Thread | None = None
 
     @property
@@ -81,7 +81,7 @@ class AgentHttpServer:
         self._server.server_close()
 
 
-class _BoundedHttpServer(ThreadingHTTPServer):
+class BoundedHttpServer(ThreadingHTTPServer):
     """A thread per connection, at most ``max_connections`` of them; errors go to structlog."""
 
     daemon_threads = True

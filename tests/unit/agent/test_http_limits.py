@@ -104,3 +104,26 @@ def test_a_client_gone_before_the_answer_is_one_debug_line_not_a_traceback(
     gone = [e for e in logs if e["event"] == "http_client_gone"]
     assert gone and gone[0]["log_level"] == "debug" and "error" in gone[0]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_demos_alert_receiver_answers_a_bad_request_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The receiver runs on the same bounded server: a request it cannot read is one warning line, and
+    the next alert is still received (the demo's live view is not broken by a traceback)."""
+    from sim.scenario.receiver import AlertReceiver
+
+    receiver = AlertReceiver().start()
+    try:
+        with capture_logs() as logs:
+            bad = socket.create_connection(("127.0.0.1", int(receiver.url.split(":")[2].split("/")[0])))
+            bad.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n")
+            bad.recv(1024)
+            bad.close()
+            assert wait_for(lambda: any(e["event"] == "http_request_failed" for e in logs)), logs
+        answer = httpx.post(receiver.url, json={"kind": "incident_opened", "node": "n1"}, timeout=5)
+        assert answer.status_code == 200
+        assert receiver.count("incident_opened") == 1
+    finally:
+        receiver.stop()
+    assert "Traceback" not in capsys.readouterr().err
