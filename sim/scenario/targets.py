@@ -86,11 +86,17 @@ def check_playable(scenario: Scenario) -> None:
     _check_workloads_fit(scenario)
     names = {node_name(i, fleet.nodes) for i in range(fleet.nodes)}
     touched = 0  # nodes the injections' role targets took so far: distinct, since hit nodes are left out
+    played: set[str] = set()  # names of the injections played so far
     first_plays = sorted(enumerate(scenario.timeline), key=lambda pair: (pair[1].at, pair[0]))
     for _, injection in first_plays:
+        if injection.name is not None:
+            played.add(injection.name)
         if injection.target is None:  # a fleet fault
             continue
         where = f"injection {injection.label()}"
+        earlier = injection.target.injection
+        if earlier is not None and earlier not in played:
+            raise TargetError(f"{where}: targets the nodes of {earlier}, which has not played by then")
         if injection.gpu >= fleet.gpus_per_node:
             raise TargetError(f"{where}: GPU {injection.gpu}, but a node has {fleet.gpus_per_node} GPU(s)")
         _check_target(injection.target, where, scenario, names)

@@ -153,6 +153,12 @@ def test_an_expectation_with_a_role_target_resolves_its_own_nodes() -> None:
             "expectations:\n- {name: e, kind: taint, target: {role: inference, count: 2}, by: 1s}\n",
             "expectation 'e': 2 inference nodes #0, but at most 0 inference node(s) in this fleet",
         ),
+        (
+            "timeline:\n"
+            "- {at: 1s, name: b, target: {injection: a}, fault: {kind: clear}}\n"
+            "- {at: 2s, name: a, target: {role: idle}, fault: {kind: xid, xid: 79}}\n",
+            "injection b: targets the nodes of a, which has not played by then",
+        ),
     ],
     ids=[
         "more-than-fleet",
@@ -163,6 +169,7 @@ def test_an_expectation_with_a_role_target_resolves_its_own_nodes() -> None:
         "training-too-big",
         "inference-pod-too-big",
         "expectation-role",
+        "injection-played-later",
     ],
 )
 def test_a_scenario_the_fleet_cannot_play_is_refused_with_the_reason(body: str, problem: str) -> None:
