@@ -194,12 +194,18 @@ class AggregatorLink:
             except AggregatorError as exc:
                 self._failed("report_not_delivered", exc)
                 break
-            self.outbox.remove_through(report.seq)
             self._count(accepted=ack.accepted)
             self._receive(ack.pending_requests)
             if ack.hold:
                 self._log.info("aggregator_hold", hold=ack.hold)
             delivered += 1
+            try:
+                self.outbox.remove_through(report.seq)
+            except OutboxError as exc:
+                # Still queued, in memory as on disk: it is sent again later and the aggregator ignores a
+                # sequence number it already has. Stop here; the disk may have room by then.
+                self._log.warning("outbox_not_written", error=str(exc), queued=self.outbox.stats().queued)
+                break
         return delivered
 
     @property

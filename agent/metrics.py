@@ -7,13 +7,19 @@ benchmarks' agents can be told apart when their registries are scraped together.
 from __future__ import annotations
 
 from collections import Counter as TallyCounter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gpuhealth.core.findings import Finding, Status, Verdict, worst_status
 from gpuhealth.core.snapshot import NodeSnapshot
 from gpuhealth.core.steps import ApplyReport
+
+if TYPE_CHECKING:
+    from agent.report_outbox import OutboxStats
 
 GPU_HEALTH_VALUE: dict[Status, int] = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}
 """The per-GPU health gauge: the Nagios exit-code convention (0 ok, 1 warn, 2 fail, 3 unknown)."""
@@ -118,6 +124,11 @@ class AgentMetrics:
         """Count a loop pass that raised."""
         self.tick_errors.labels(self.node).inc()
 
+    def watch_outbox(self, stats: Callable[[], OutboxStats]) -> None:
+        """Export the report outbox's counts, read from ``stats`` at each scrape (the sender thread and the
+        loop change them; reading at scrape time needs no hook in either)."""
+        self.registry.register(_OutboxCollector(self.node, stats))
+
     def _count_xids(self, snapshot: NodeSnapshot) -> None:
         events = [*snapshot.unattributed_xid_events]
         for gpu in snapshot.gpus:
@@ -145,3 +156,33 @@ class AgentMetrics:
         for (code, status), count in tally.items():
             self.findings.labels(self.node, code, status).set(count)
         self._finding_labels = set(tally)
+
+
+class _OutboxCollector(Collector):
+    """``gpuhealth_agent_outbox_*``: reports waiting, dropped to stay bounded, unreadable files set aside."""
+
+    def __init__(self, node: str, stats: Callable[[], OutboxStats]) -> None:
+        self._node = node
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        queued = GaugeMetricFamily(
+            "gpuhealth_agent_outbox_reports",
+            "Reports waiting in the outbox for the aggregator.",
+            labels=["node"],
+        )
+        queued.add_metric([self._node], stats.queued)
+        dropped = CounterMetricFamily(
+            "gpuhealth_agent_outbox_dropped_reports",
+            "Reports dropped to keep the outbox within aggregator.outbox_max_reports (heartbeats first).",
+            labels=["node"],
+        )
+        dropped.add_metric([self._node], stats.dropped)
+        set_aside = CounterMetricFamily(
+            "gpuhealth_agent_outbox_set_aside",
+            "Unreadable outbox files moved aside at start (outbox.json.corrupt-<UTC timestamp>).",
+            labels=["node"],
+        )
+        set_aside.add_metric([self._node], stats.set_aside)
+        yield from (queued, dropped, set_aside)

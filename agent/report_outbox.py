@@ -10,7 +10,13 @@ Bounded: heartbeats carry no news, so a queued heartbeat followed by another is 
 every state change is kept. Past ``max_reports`` the oldest heartbeats go first, then (logged as an error)
 the oldest changes, so a node cut off for days cannot fill its disk.
 
-Writes are atomic (temporary file, fsync, rename, directory fsync), as for the state file.
+Writes are atomic (temporary file, fsync, rename, directory fsync), as for the state file, and come first:
+memory changes only once the file says the same, so a full disk never leaves a report queued in memory that
+is not on disk (it would be sent, and its actions reported again with the next report that is written).
+
+A file that cannot be read as an outbox is set aside under a name of its own
+(``outbox.json.corrupt-<UTC timestamp>``, as the state file is), never over an earlier one, logged once and
+counted (``OutboxStats.set_aside``, exported as ``gpuhealth_agent_outbox_set_aside_total``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.state_store import aside_path
 from gpuhealth.core.aggregator_api import Report
 
 log = structlog.get_logger(__name__)
@@ -57,10 +64,12 @@ class _OutboxFile(BaseModel):
 
 @dataclass(frozen=True)
 class OutboxStats:
-    """How many reports wait, and how many were dropped to keep the outbox bounded."""
+    """How many reports wait, how many were dropped to keep the outbox bounded, and how many unreadable
+    outbox files were set aside (at start)."""
 
     queued: int
     dropped: int
+    set_aside: int = 0
 
 
 class ReportOutbox:
@@ -71,6 +80,7 @@ class ReportOutbox:
         self._max = max(2, max_reports)
         self._lock = threading.Lock()
         self._dropped = 0
+        self._set_aside_count = 0
         self._content = self._load()
 
     @property
@@ -93,9 +103,11 @@ class ReportOutbox:
             if heartbeat and queued and queued[-1].heartbeat:
                 queued.pop()  # an unsent heartbeat is superseded by the newer one
             queued.append(QueuedReport(heartbeat=heartbeat, report=report))
-            queued = self._bounded(queued)
-            self._content = self._content.model_copy(update={"queued": queued})
-            self._write()
+            queued, dropped = self._bounded(queued)
+            content = self._content.model_copy(update={"queued": queued})
+            self._write(content)  # first: when it fails, memory still matches the file
+            self._content = content
+            self._count_dropped(dropped)
 
     def pending(self) -> list[Report]:
         """The queued reports, oldest first."""
@@ -108,24 +120,33 @@ class ReportOutbox:
             kept = [entry for entry in self._content.queued if entry.report.seq > seq]
             if len(kept) == len(self._content.queued):
                 return
-            self._content = self._content.model_copy(update={"queued": kept})
-            self._write()
+            content = self._content.model_copy(update={"queued": kept})
+            self._write(content)  # raises OutboxError: the reports stay queued (a repeat is ignored)
+            self._content = content
 
     def stats(self) -> OutboxStats:
         """Queued and dropped counts (for metrics and tests)."""
         with self._lock:
-            return OutboxStats(queued=len(self._content.queued), dropped=self._dropped)
+            return OutboxStats(
+                queued=len(self._content.queued), dropped=self._dropped, set_aside=self._set_aside_count
+            )
 
     # -- internals ---------------------------------------------------------------------------------------
 
-    def _bounded(self, queued: list[QueuedReport]) -> list[QueuedReport]:
+    def _bounded(self, queued: list[QueuedReport]) -> tuple[list[QueuedReport], list[QueuedReport]]:
+        """The queue cut to ``max_reports`` (oldest heartbeats first, then oldest changes), and what went."""
+        dropped: list[QueuedReport] = []
         while len(queued) > self._max:
             victim = next((i for i, entry in enumerate(queued) if entry.heartbeat), 0)
-            dropped = queued.pop(victim)
-            self._dropped += 1
-            if not dropped.heartbeat:
-                log.error("outbox_full_change_dropped", seq=dropped.report.seq, max_reports=self._max)
-        return queued
+            dropped.append(queued.pop(victim))
+        return queued, dropped
+
+    def _count_dropped(self, dropped: list[QueuedReport]) -> None:
+        """Account for reports the bound dropped, once the write that dropped them succeeded."""
+        self._dropped += len(dropped)
+        for entry in dropped:
+            if not entry.heartbeat:
+                log.error("outbox_full_change_dropped", seq=entry.report.seq, max_reports=self._max)
 
     def _load(self) -> _OutboxFile:
         try:
@@ -146,13 +167,21 @@ class ReportOutbox:
         return content
 
     def _set_aside(self, why: str) -> None:
-        target = self._path.with_name(f"{self._path.name}.corrupt")
-        with suppress(OSError):
+        """Move the unreadable file to a free name beside it (an earlier one is evidence too: keep it)."""
+        target = aside_path(self._path)
+        try:
             self._path.replace(target)
+        except OSError as exc:
+            # Left in place: the next write replaces it. Said once, here, with why it could not be kept.
+            log.warning(
+                "outbox_unreadable_not_kept", path=str(self._path), reason=why, error=exc.strerror or str(exc)
+            )
+            return
+        self._set_aside_count += 1
         log.warning("outbox_set_aside", path=str(self._path), moved_to=str(target), reason=why)
 
-    def _write(self) -> None:
-        data = json.dumps(self._content.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+    def _write(self, content: _OutboxFile) -> None:
+        data = json.dumps(content.model_dump(mode="json", by_alias=True), separators=(",", ":"))
         directory = self._path.parent
         try:
             handle, temporary = tempfile.mkstemp(prefix=f".{self._path.name}.", dir=directory)

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agent.diagnostics_settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
 from agent.state_machine import DebounceConfig
 from checks.config import ChecksConfig
+from gpuhealth.core.aggregator_api import NODE_NAME_RULE, is_accepted_node_name
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.requeue import RequeuePolicy
 from remediation.kubernetes.settings import RetrySettings
@@ -124,6 +125,16 @@ class HttpSettings(_Section):
     enabled: bool = Field(default=True, description="Serve the HTTP endpoint.")
     host: str = Field(default="0.0.0.0", description="Address to listen on.")  # noqa: S104 - a pod port
     port: int = Field(default=9477, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    request_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Socket timeout per connection: a client silent (or not reading) this long is dropped.",
+    )
+    max_connections: int = Field(
+        default=16,
+        ge=1,
+        description="Connections served at once; one more is closed at once (a warning a minute says so).",
+    )
 
 
 class AggregatorLinkSettings(_Section):
@@ -216,6 +227,17 @@ class AgentSettings(BaseSettings):
         default="auto", description="json, console, or auto (console on a terminal)."
     )
 
+    @model_validator(mode="after")
+    def _node_name_fits_the_aggregator(self) -> AgentSettings:
+        # Every report carries the node's name, and the aggregator refuses one outside its rule: without
+        # this check such an agent would run on, failing to build each report, for ever.
+        if self.aggregator.url is not None and not is_accepted_node_name(self.node_name):
+            raise ValueError(
+                f"node_name '{self.node_name}' is not a name the aggregator accepts ({NODE_NAME_RULE}); "
+                "set node_name (or NODE_NAME) to the node's name in that form"
+            )
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -280,7 +302,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _first_error(exc: ValidationError) -> str:
     errors = exc.errors()
     first = errors[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     message = " ".join(str(first["msg"]).split())
+    cause = first.get("ctx", {}).get("error")
+    if not first["loc"] and isinstance(cause, ValueError):  # a check across fields names the field itself
+        return f"{' '.join(str(cause).split())}{more}"
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
     return f"{field}: {message}{more}"

@@ -91,18 +91,26 @@ class StateStore:
         _fsync_directory(directory)
 
     def _set_aside(self, problem: str) -> None:
-        stamp = utc_now().strftime("%Y%m%dT%H%M%SZ")
-        target = self._path.with_name(f"{self._path.name}.corrupt-{stamp}")
-        counter = 1
-        while target.exists():
-            counter += 1
-            target = self._path.with_name(f"{self._path.name}.corrupt-{stamp}-{counter}")
+        target = aside_path(self._path)
         try:
             self._path.rename(target)
         except OSError as exc:
             log.warning("state_discarded", path=str(self._path), problem=problem, error=str(exc))
             return
         log.warning("state_set_aside", path=str(self._path), problem=problem, moved_to=str(target))
+
+
+def aside_path(path: Path) -> Path:
+    """Where to set an unreadable ``path`` aside for a human: ``<name>.corrupt-<UTC timestamp>``, with
+    ``-2``, ``-3`` ... when that name is taken, so a later bad file never replaces an earlier one (the
+    agent's state file and its report outbox alike)."""
+    stamp = utc_now().strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    counter = 1
+    while target.exists():
+        counter += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+    return target
 
 
 def _schema_version(raw: bytes) -> object:

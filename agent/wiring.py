@@ -117,13 +117,16 @@ def build_agent(
         finding_sources=(*sources, *_executor_problem_sources(chosen_executor)),
         diagnostics=diagnostics_runner(settings, chosen_executor, chosen_clock, wake),
     )
+    metrics = AgentMetrics(node)
+    if link is not None:
+        metrics.watch_outbox(link.outbox.stats)
     return Agent(
         node,
         parts,
         interval_s=settings.interval_s,
         dry_run=settings.dry_run,
         clock=chosen_clock,
-        metrics=AgentMetrics(node),
+        metrics=metrics,
         closers=(backend.close, *source_closers, *((link.close,) if link is not None else ())),
     )
 

@@ -13,14 +13,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from checks.config import ChecksConfig
-from checks.dcgm import Grade, grade_from_value, health_finding
+from checks.dcgm import Grade, grade_from_value, health_finding, unavailable_finding
 from checks.memory import check_ecc, check_row_remap
 from checks.pcie import check_pcie
+from checks.runner import CHECKS, RegisteredCheck
 from checks.xid import check_xid
 from gpuhealth.core.findings import Finding
 from gpuhealth.core.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
 
 CHECK = "dcgm_exporter"
+NO_HEALTH_SERIES_CODE = "DCGM_EXPORTER_NO_HEALTH_SERIES"
+NO_HEALTH_SERIES_MESSAGE = (
+    "the dcgm-exporter page has none of the GPU health series (ECC DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, row remap "
+    "DCGM_FI_DEV_ROW_REMAP_PENDING / _FAILURE, XID DCGM_FI_DEV_XID_ERRORS): add them to its counters file "
+    "(default-counters.csv, set by -f or DCGM_EXPORTER_COLLECTORS)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,22 @@ class ExporterGpu:
     last_xid_message: str | None = None
     xid_counts: Mapping[int, int] | None = None
     health: Sequence[HealthWatch] = field(default_factory=tuple)
+
+    def has_health_readings(self) -> bool:
+        """True when the page carries at least one health series for this GPU with a value (temperature,
+        power and utilisation are not health: a trimmed counters file often keeps only those)."""
+        counters = (
+            self.dbe_volatile,
+            self.dbe_aggregate,
+            self.remapped_correctable,
+            self.remapped_uncorrectable,
+            self.remap_pending,
+            self.remap_failure,
+            self.pcie_replays,
+            self.last_xid,
+            self.xid_counts,
+        )
+        return any(value is not None for value in counters) or bool(self.health)
 
     def as_snapshot_gpu(self) -> GpuSnapshot:
         """The readings in snapshot form, so the NVML checks judge them with the same thresholds."""
@@ -110,13 +133,28 @@ class ExporterGpu:
 
 
 def exporter_snapshot(node: str, gpus: Sequence[ExporterGpu]) -> NodeSnapshot:
-    """A snapshot of the GPUs a page names (``gpuhealth check --dcgm-metrics`` with no other snapshot)."""
+    """A snapshot of the GPUs a page names (``gpuhealth check --dcgm-metrics`` with no other snapshot).
+
+    Judge it with :data:`PAGE_SNAPSHOT_CHECKS`: NVML never read these GPUs, so NVML's presence judgement
+    (a GPU that answers none of its readings is unreadable) does not apply to what a page leaves out.
+    """
     return NodeSnapshot(node=node, gpus=[gpu.as_snapshot_gpu() for gpu in gpus])
 
 
+PAGE_SNAPSHOT_CHECKS: tuple[RegisteredCheck, ...] = tuple(c for c in CHECKS if c.name != "presence")
+"""The checks that judge a snapshot made from an exporter page alone (see :func:`exporter_snapshot`)."""
+
+
 def exporter_findings(gpus: Sequence[ExporterGpu], config: ChecksConfig, *, node: str = "") -> list[Finding]:
-    """Every finding one exporter page supports, each labelled ``check: dcgm_exporter``."""
+    """Every finding one exporter page supports, each labelled ``check: dcgm_exporter``.
+
+    A page that names GPUs but carries no health series for any of them (a counters file trimmed to
+    temperature, power and utilisation) cannot say whether a GPU is healthy: one node-level ``unknown``
+    finding says which series are missing and where to enable them, and no GPU is blamed.
+    """
     snapshot = exporter_snapshot(node, gpus)
+    if gpus and not any(gpu.has_health_readings() for gpu in gpus):
+        return [unavailable_finding(CHECK, NO_HEALTH_SERIES_CODE, NO_HEALTH_SERIES_MESSAGE)]
     found: list[Finding] = []
     for check in (check_ecc, check_row_remap, check_pcie, check_xid):
         found.extend(finding.model_copy(update={"check": CHECK}) for finding in check(snapshot, config))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from checks.base import gpu_label
 from checks.config import ChecksConfig
-from checks.recovery_action import action_for_value, value_name
+from checks.recovery_action import action_for_value, recovery_change_from_message, value_name
 from checks.xid_catalogue import lookup, status_for_action
 from gpuhealth.core.findings import Action, Finding
 from gpuhealth.core.snapshot import NodeSnapshot, XidEvent, pci_key
@@ -244,39 +244,24 @@ def _judge_154(ctx: _Context) -> _Judgement:
     return _Judgement(_catalogue_action(ctx.code), "recovery action not stated: reset the GPU")
 
 
-_TO_VALUE = re.compile(r"\bto\s+0x([0-9a-f]+)", re.IGNORECASE)
-_TO_NAME = re.compile(r"\bto\s+(?:0x[0-9a-f]+\s*)?\(([^)]*)\)", re.IGNORECASE)
-_NAME_KEYWORDS: tuple[tuple[str, Action], ...] = (
-    ("reboot", Action.REBOOT),
-    ("drain", Action.DRAIN_AND_RESET),
-    ("reset", Action.RESET_GPU),
-    ("flr", Action.RESET_GPU),
-    ("none", Action.NONE),
-)
-
-
 def recovery_action_from_message(message: str | None, config: ChecksConfig) -> tuple[Action, str] | None:
     """The action an XID 154 message states, with how it stated it; None when it states none we know.
 
     The driver writes ``GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)``; the
     hex value is authoritative (names vary between drivers: ``OS Reboot``, ``PF FLR``), the name in
-    parentheses is the fallback for values the table does not know.
+    parentheses is the fallback for values the table does not know (:func:`recovery_change_from_message`).
     """
-    if not message:
+    change = recovery_change_from_message(message)
+    if change is None:
         return None
-    value_match = _TO_VALUE.search(message)
-    name_match = _TO_NAME.search(message)
-    name = name_match.group(1).strip() if name_match else None
-    if value_match is not None:
-        value = int(value_match.group(1), 16)
-        mapped = action_for_value(value, config)
+    if change.value is not None:
+        mapped = action_for_value(change.value, config)
         if mapped is not None:
-            return mapped, f"0x{value:x} ({name or value_name(value)})"
-    if name:
-        lowered = name.lower()
-        for keyword, action in _NAME_KEYWORDS:
-            if keyword in lowered:
-                return action, f"'{name}'"
+            return mapped, f"0x{change.value:x} ({change.name or value_name(change.value)})"
+    by_name = change.value_by_name
+    mapped = action_for_value(by_name, config) if by_name is not None else None
+    if mapped is not None:
+        return mapped, f"'{change.name}'"
     return None
 
 

@@ -26,6 +26,8 @@ _.do_GET  # http.server dispatches GET to do_GET (agent/http.py)
 _.do_POST  # http.server dispatches POST to do_POST (sim/scenario/receiver.py)
 _.log_message  # http.server's access log, silenced (agent/http.py, sim/scenario/receiver.py)
 _.daemon_threads  # socketserver: request threads do not keep the process alive
+_.request_queue_size  # socketserver: the listen backlog it passes to listen() (agent/http.py)
+_.handle_error  # socketserver calls it when a request handler raises (agent/http.py logs it structured)
 _.impl  # SQLAlchemy TypeDecorator: the underlying column type (aggregator/store/tables.py)
 _.cache_ok  # SQLAlchemy TypeDecorator: safe to cache statements using the type
 _.process_bind_param  # SQLAlchemy TypeDecorator: Python value -> column value

@@ -43,10 +43,12 @@ from agent.backends.fake_structs import (
     FakeValue,
     InjectedXid,
 )
+from checks.recovery_action import recovery_change_from_message
 
 _FAKE_NODE_NUMBERS = itertools.count()  # only to tell apart fakes built without a seed
 
 XID_FELL_OFF_THE_BUS: Final[int] = 79
+XID_RECOVERY_ACTION_CHANGED: Final[int] = 154
 
 
 class FakeNvmlError(ValueError):
@@ -442,11 +444,21 @@ class FakeNvml:
     def inject_xid(self, gpu: int | str, xid: int, message: str | None = None) -> bool:
         """An XID on one GPU: delivered to every event set it is registered with, recorded in
         ``xid_history`` (with ``message``, which NVML events do not carry). A lost or removed GPU reports
-        nothing: returns False then."""
+        nothing: returns False then.
+
+        XID 154 is how a driver announces a new recovery action, and it moves the recovery-action field
+        first: with a message naming the new state (``... to 0x1 (GPU Reset Required)``, or just the name),
+        the field takes that value, read the same way the XID check reads a kernel-log line. An event
+        alone carries no message, so the field is all an NVML reader has to go on.
+        """
         with self._events_changed:
             target = self.gpu(gpu)
             if target.lost or not target.enumerated:
                 return False
+            if xid == XID_RECOVERY_ACTION_CHANGED:
+                change = recovery_change_from_message(message)
+                if change is not None and change.field_value is not None:
+                    target.recovery_action = change.field_value
             self.xid_history.append(InjectedXid(target.slot, target.uuid, target.pci_bus_id, xid, message))
             event = FakeEventData(self._handles[target.slot], nvml.nvmlEventTypeXidCriticalError, xid)
             self._post(target, event)

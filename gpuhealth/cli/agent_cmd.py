@@ -86,6 +86,8 @@ def _serve(settings: AgentSettings) -> int:
                 ready=lambda: agent.ready,
                 host=settings.http.host,
                 port=settings.http.port,
+                request_timeout_s=settings.http.request_timeout_s,
+                max_connections=settings.http.max_connections,
             ).start()
         except OSError as exc:
             agent.close()

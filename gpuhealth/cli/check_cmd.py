@@ -58,10 +58,16 @@ def run_check(args: argparse.Namespace) -> int:
 
     config = _load_checks_config(args.config)
     page = _read_dcgm_page(args.dcgm_metrics) if args.dcgm_metrics else None
-    snapshot = _page_snapshot(args, page) if page is not None and not args.snapshot else _read_snapshot(args)
+    from_page = page is not None and not args.snapshot
+    snapshot = _page_snapshot(args, page) if page is not None and from_page else _read_snapshot(args)
     if args.kernel_log:
         snapshot = _with_kernel_log(snapshot, args.kernel_log)
-    verdict = run_checks(snapshot, config)
+    if from_page:
+        from checks.dcgm_exporter import PAGE_SNAPSHOT_CHECKS
+
+        verdict = run_checks(snapshot, config, checks=PAGE_SNAPSHOT_CHECKS)
+    else:
+        verdict = run_checks(snapshot, config)
     extra = _dcgm_findings(args, page, snapshot, config)
     if extra:
         from checks.dcgm import merge_findings

@@ -10,7 +10,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from gpuhealth.core.findings import Action, Finding, Status, Verdict
 from gpuhealth.core.health import NodeState
@@ -32,6 +40,25 @@ def _utc_in_range(value: datetime) -> datetime:
 
 WireTime = Annotated[datetime, AfterValidator(_utc_in_range)]
 NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN, max_length=253, description="The node's name.")]
+NODE_NAME_RULE = (
+    "letters, digits, '.', '_' and '-', beginning and ending with a letter or digit, at most 253 characters"
+)
+_NODE_NAME_ADAPTER: TypeAdapter[str] = TypeAdapter(NodeName)
+
+
+def is_accepted_node_name(name: str) -> bool:
+    """Whether the aggregator accepts ``name`` as a node's name (reports, requests, paths: :data:`NodeName`).
+
+    An agent checks its own name with this at start, so a name the aggregator would refuse stops it with one
+    line rather than failing every report it builds.
+    """
+    try:
+        _NODE_NAME_ADAPTER.validate_python(name)
+    except ValidationError:
+        return False
+    return True
+
+
 ShortText = Annotated[str, Field(max_length=1000)]
 
 

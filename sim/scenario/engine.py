@@ -47,7 +47,7 @@ from sim.scenario.summary import (
     RunSummary,
     summarise_latencies,
 )
-from sim.scenario.targets import TargetError, TargetResolver
+from sim.scenario.targets import TargetError, TargetResolver, check_playable
 from sim.scenario.timeline import Action, TaintProbe, expand
 
 LOOK_EVERY_S = 0.25
@@ -113,6 +113,10 @@ def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
     A fleet too large to poll at the scenario's pace plays the scenario dilated by ``time_scale``.
     """
     began = time.monotonic()
+    try:
+        check_playable(scenario)
+    except TargetError as exc:
+        raise ScenarioRunError(str(exc)) from None
     scale = time_scale(scenario.fleet)
     scenario = scenario.dilated(scale)
     with ExitStack() as stack:
@@ -272,6 +276,15 @@ class _Player:
 
     def play(self) -> tuple[list[ExpectationResult], list[FaultLatency], float]:
         self.probe.start()
+        try:
+            results, timeline_s = self._play()
+        finally:
+            # Also when the timeline cannot go on (a target comes up short): the probe reads the
+            # orchestrator, which is stopped as soon as this returns.
+            latencies = self.probe.stop()
+        return results, latencies, timeline_s
+
+    def _play(self) -> tuple[list[ExpectationResult], float]:
         self.started = time.monotonic()
         last_refresh = -REFRESH_EVERY_S
         hard_end = self.scenario.length_s + GRACE_S
@@ -290,7 +303,7 @@ class _Player:
         results = [p.result or self._undecided(p, now) for p in self.pending]
         if self.observer.live:
             self.observer.refresh(self._state(now))
-        return results, self.probe.stop(), now
+        return results, now
 
     # --- actions ---------------------------------------------------------------------------------------
 
@@ -307,7 +320,7 @@ class _Player:
             return
         assert injection.target is not None  # the model requires one for every GPU fault
         try:
-            targets = self.world.targets.resolve(injection.target)
+            targets = self.world.targets.resolve(injection.target, injection)
         except TargetError as exc:
             raise ScenarioRunError(f"injection {injection.label()}: {exc}") from None
         self.world.targets.record_hit(injection.label(), targets)

@@ -16,7 +16,6 @@ from sim.scenario.model import (
     NodeStateExpectation,
     PermitsRefusedExpectation,
     TaintExpectation,
-    Target,
     TimelineExpectation,
 )
 from sim.scenario.orchestrator import NodeView, Orchestrator
@@ -83,20 +82,20 @@ def look(expectation: Expectation, world: World) -> Look:  # noqa: PLR0911 - one
     """Check the expectation against the world now."""
     match expectation:
         case NodeStateExpectation():
-            views = _views(expectation.target, world)
+            views = _views(expectation, world)
             bad = [v for v in views if (v.state or "unset") not in expectation.states]
             return Look(not bad, _states(views))
         case TaintExpectation():
-            views = _views(expectation.target, world)
+            views = _views(expectation, world)
             return Look(all(_taint_matches(v, expectation) for v in views), _taints(views))
         case CordonedExpectation():
-            views = _views(expectation.target, world)
+            views = _views(expectation, world)
             holds = all(v.cordoned == expectation.cordoned for v in views)
             return Look(
                 holds, ", ".join(f"{v.name} {'cordoned' if v.cordoned else 'schedulable'}" for v in views)
             )
         case DrainedExpectation():
-            views = _views(expectation.target, world)
+            views = _views(expectation, world)
             holds = all((v.cordoned and v.workload_pods == 0) == expectation.drained for v in views)
             return Look(holds, ", ".join(f"{v.name}: {v.workload_pods} workload pod(s)" for v in views))
         case JobRestartedExpectation():
@@ -107,7 +106,9 @@ def look(expectation: Expectation, world: World) -> Look:  # noqa: PLR0911 - one
         case PermitsRefusedExpectation():
             return _permits_refused(expectation, world)
         case AlertExpectation():
-            nodes = set(world.targets.resolve(expectation.target)) if expectation.target else None
+            nodes = (
+                set(world.targets.resolve(expectation.target, expectation)) if expectation.target else None
+            )
             count = world.receiver.count(expectation.alert, nodes)
             return Look(count >= expectation.at_least, f"{count} {expectation.alert} alert(s)")
         case MaxDrainedExpectation():
@@ -126,8 +127,12 @@ def look_safely(expectation: Expectation, world: World) -> Look:
         return Look(False, f"aggregator did not answer: {exc}")
 
 
-def _views(target: Target, world: World) -> list[NodeView]:
-    return [world.orchestrator.node(name) for name in world.targets.resolve(target)]
+def _views(
+    expectation: NodeStateExpectation | TaintExpectation | CordonedExpectation | DrainedExpectation,
+    world: World,
+) -> list[NodeView]:
+    names = world.targets.resolve(expectation.target, expectation)
+    return [world.orchestrator.node(name) for name in names]
 
 
 def _taint_matches(view: NodeView, expectation: TaintExpectation) -> bool:
@@ -163,7 +168,7 @@ def _job(expectation: JobRestartedExpectation, world: World) -> Look:
 
 
 def _permits_refused(expectation: PermitsRefusedExpectation, world: World) -> Look:
-    nodes = set(world.targets.resolve(expectation.target)) if expectation.target else None
+    nodes = set(world.targets.resolve(expectation.target, expectation)) if expectation.target else None
     refused = [
         event
         for event in world.aggregator.events(limit=EVENTS_LIMIT)
@@ -176,7 +181,7 @@ def _timeline(expectation: TimelineExpectation, world: World) -> Look:
     """Each targeted node's successful actions, oldest first, contain the expected ones in order."""
     seen: list[str] = []
     holds = True
-    for name in world.targets.resolve(expectation.target):
+    for name in world.targets.resolve(expectation.target, expectation):
         history = world.aggregator.events(node=name, limit=EVENTS_LIMIT)
         done = [
             str(event.details.get("action"))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from agent.http import BoundedHttpServer
 
 MAX_BODY = 1_048_576
 
@@ -27,8 +29,9 @@ class AlertReceiver:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._alerts: list[ReceivedAlert] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        # The agent's bounded server: a webhook client that gives up mid-answer is a log line, not a
+        # traceback across the demo's live view.
+        self._server = BoundedHttpServer(("127.0.0.1", 0), self._handler(), max_connections=64)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="gpuhealth-alert-receiver", daemon=True
@@ -74,6 +77,8 @@ class AlertReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10.0  # a sender that stops mid-request does not hold its thread
+
             def do_POST(self) -> None:
                 length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY)
                 accepted = receiver._record(self.rfile.read(length))

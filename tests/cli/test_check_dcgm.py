@@ -73,3 +73,21 @@ def test_bad_diag_file_is_one_line_and_exit_3(run_cli: RunCli, tmp_path: Path) -
     assert result.returncode == 3
     assert result.stdout == ""
     assert "diag.json" in result.stderr
+
+
+def test_a_page_without_health_series_is_unknown_with_one_node_level_finding(run_cli: RunCli) -> None:
+    """Only temperature, power and utilisation exported: unknown (exit 3), one node-level finding about the
+    exporter's counters file, and no GPU called unreadable (they answered; the page left health out)."""
+    result = run_cli(
+        "check",
+        "--dcgm-metrics",
+        str(FIXTURES / "exporter-3.3.x-h100-eks-temp-power-util-only.prom"),
+        "--json",
+    )
+    assert result.returncode == 3, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["node"] == "ip-10-0-142-87.us-west-2.compute.internal"
+    assert verdict["status"] == "unknown"
+    assert [(f["code"], f["gpu"], f["status"]) for f in verdict["findings"]] == [
+        ("DCGM_EXPORTER_NO_HEALTH_SERIES", None, "unknown")
+    ]

@@ -181,7 +181,8 @@ def test_a_corrupt_outbox_is_set_aside_and_the_agent_starts_empty(tmp_path: Path
     outbox = ReportOutbox(path)
 
     assert outbox.pending() == []
-    assert (tmp_path / "outbox.json.corrupt").read_text() == "{not json"
+    [aside] = tmp_path.glob("outbox.json.corrupt-*")
+    assert aside.read_text() == "{not json"
 
 
 # --- reports ----------------------------------------------------------------------------------------------

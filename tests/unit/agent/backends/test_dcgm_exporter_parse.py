@@ -115,3 +115,45 @@ def test_merge_keeps_one_finding_per_gpu_and_code_the_worse_one() -> None:
     other = dcgm.model_copy(update={"gpu": "H"})
     assert merge_findings([nvml], [dcgm, other]) == [dcgm, other]
     assert merge_findings([dcgm], [nvml]) == [dcgm]
+
+
+# --- a page with no health series at all ---------------------------------------------------------------
+
+NO_HEALTH = "exporter-3.3.x-h100-eks-temp-power-util-only.prom"
+
+
+def test_a_page_with_only_temperature_power_and_utilisation_is_one_node_level_unknown() -> None:
+    """A counters file trimmed to temperature, power and utilisation (as on an H100 EKS node): the page
+    cannot say whether any GPU is healthy. One node-level unknown names the missing health series and
+    where to enable them; no GPU is blamed."""
+    (finding,) = findings_for_page(page(NO_HEALTH), None, ChecksConfig())
+
+    assert (finding.code, finding.status, finding.action, finding.gpu) == (
+        "DCGM_EXPORTER_NO_HEALTH_SERIES",
+        Status.UNKNOWN,
+        Action.NONE,
+        None,
+    )
+    for named in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP", "DCGM_FI_DEV_XID_ERRORS"):
+        assert named in finding.message
+    for how in ("default-counters.csv", "-f", "DCGM_EXPORTER_COLLECTORS"):
+        assert how in finding.message
+
+
+def test_the_agent_judging_such_a_page_beside_nvml_adds_the_same_one_finding() -> None:
+    """With NVML's snapshot (the agent's case) the GPUs are judged by NVML; the page adds one unknown."""
+    gpus = parse_metrics(page(NO_HEALTH))
+    snapshot = NodeSnapshot(node="n", gpus=[GpuSnapshot(index=g.index, uuid=g.uuid) for g in gpus])
+
+    found = findings_for_page(page(NO_HEALTH), snapshot, ChecksConfig())
+
+    assert [(f.code, f.gpu) for f in found] == [("DCGM_EXPORTER_NO_HEALTH_SERIES", None)]
+
+
+def test_one_health_series_on_the_page_is_enough_to_judge_it() -> None:
+    """A page that carries a health series (here the last-XID gauge, 0) is judged as usual: no finding."""
+    extra = (
+        "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"
+        'DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-3f0b6c2a-91d4-7e58-0c1a-6b2d9e4f7a01"} 0\n'
+    )
+    assert findings_for_page(page(NO_HEALTH) + extra, None, ChecksConfig()) == []

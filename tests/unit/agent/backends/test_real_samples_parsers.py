@@ -35,18 +35,20 @@ class Page(NamedTuple):
     codes: set[str]
 
 
+# The issue pastes keep only DCP series (utilisation): taken as it stands, such a page cannot tell a
+# healthy GPU from a broken one, which is one node-level unknown, not a finding per GPU.
 PAGES = [
     Page(
         "exporter-3.x-a30-mig-dcp-issue317.prom",
         ["GPU-265c9814-6156-355b-e589-ff2064894f16", "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49"],
         "yg-data-k8s-gpu-a30-node-test-test0003.mt",
-        set(),
+        {"DCGM_EXPORTER_NO_HEALTH_SERIES"},
     ),
     Page(
         "exporter-3.4-a30-mig-empty-help-issue317.prom",
         ["GPU-886520a3-f4c4-4d1c-b5cc-655ca8b02758"],
         "hldy-data-k8s-gpu-a30-node0110.mt",
-        set(),
+        {"DCGM_EXPORTER_NO_HEALTH_SERIES"},
     ),
     Page(
         "exporter-gpuop24.9-l40s-pods-dcgm226.prom",
@@ -56,7 +58,7 @@ PAGES = [
             "GPU-5bd39b62-f1d2-21f3-d9d5-24cf8d513c73",
         ],
         "l40s.example.com",
-        set(),
+        {"DCGM_EXPORTER_NO_HEALTH_SERIES"},
     ),
     Page(
         "exporter-pr239-xid-count-renamed-sample.prom",
