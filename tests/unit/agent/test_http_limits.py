@@ -11,28 +11,28 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from structlog.testing import capture_logs
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.http import AgentHttpServer
 
-HANG_BOUND_S = 20.0  # generous: only a hang should ever get near it
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    """structlog as configured by default: a test elsewhere in this process may have configured a level
+    that drops the debug lines these tests look for (capture_logs replaces processors, not the filter)."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 def connection_threads() -> list[threading.Thread]:
     """The threads serving one connection each (socketserver names them after process_request_thread)."""
     return [t for t in threading.enumerate() if "process_request_thread" in t.name]
-
-
-def wait_for(condition: object, bound_s: float = HANG_BOUND_S) -> bool:
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_many_half_open_connections_hold_a_bounded_number_of_threads_for_a_bound
     try:
         time.sleep(0.2)  # let the server accept what it will
         assert len(connection_threads()) - before <= 8
-        assert wait_for(lambda: len(connection_threads()) <= before), "idle connections never timed out"
+        assert wait_until(lambda: len(connection_threads()) <= before), "idle connections never timed out"
         assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
     finally:
         for sock in idle:
@@ -74,7 +74,7 @@ class BlocksUntil(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         self.entered.set()
-        self.go.wait(HANG_BOUND_S)
+        self.go.wait(HANG_GUARD_S)
         # large enough that writing it to a reset connection fails
         family = GaugeMetricFamily("padding", "x" * 100, labels=["n"])
         for n in range(5000):
@@ -93,12 +93,12 @@ def test_a_client_gone_before_the_answer_is_one_debug_line_not_a_traceback(
         with capture_logs() as logs:
             client = socket.create_connection(("127.0.0.1", running.port))
             client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert blocker.entered.wait(HANG_BOUND_S)
+            assert blocker.entered.wait(HANG_GUARD_S)
             # close with a reset (linger 0), as a scraper that timed out does
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             client.close()
             blocker.go.set()
-            assert wait_for(lambda: any(e["event"] == "http_client_gone" for e in logs)), logs
+            assert wait_until(lambda: any(e["event"] == "http_client_gone" for e in logs)), logs
     finally:
         running.stop()
     gone = [e for e in logs if e["event"] == "http_client_gone"]
@@ -120,7 +120,7 @@ def test_the_demos_alert_receiver_answers_a_bad_request_without_a_traceback(
             bad.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n")
             bad.recv(1024)
             bad.close()
-            assert wait_for(lambda: any(e["event"] == "http_request_failed" for e in logs)), logs
+            assert wait_until(lambda: any(e["event"] == "http_request_failed" for e in logs)), logs
         answer = httpx.post(receiver.url, json={"kind": "incident_opened", "node": "n1"}, timeout=5)
         assert answer.status_code == 200
         assert receiver.count("incident_opened") == 1
