@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from aggregator import breaker, permits, queries
+from aggregator import breaker, fleet_page, permits, queries
 from aggregator.alerts import api as alerts_api
 from aggregator.alerts.worker import DeliveryWorker
 from aggregator.batching import ReportWriter
@@ -135,6 +135,7 @@ def create_app(
     ):
         register(app, ctx)
     alerts_api.register(app, db=db, now=now, dependencies=ctx.api, responses=ERRORS)
+    fleet_page.register(app, db=db, now=now, dependencies=ctx.api, responses=ERRORS)
     return app
 
 

@@ -16,6 +16,7 @@ from gpuhealth.core.aggregator_api import (
     STALE,
     Event,
     FleetSummary,
+    GridNode,
     IncidentDetail,
     IncidentSummary,
     NodeDetail,
@@ -86,6 +87,47 @@ def node_list(
     elif state is not None:
         query = query.where(nodes.c.state == state, nodes.c.stale_at > now)
     return [_summary_from_row(row, now) for row in conn.execute(query)]
+
+
+# The labels the fleet page filters by, as agents usually report them (the Kubernetes well-known zone label,
+# or plain names from the agent's settings).
+ZONE_LABELS = ("topology.kubernetes.io/zone", "zone")
+POOL_LABELS = (
+    "gpuhealth.io/pool",
+    "pool",
+    "nodepool",
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+)
+_GPU_LETTER = {"ok": "o", "warn": "w", "fail": "f", "unknown": "u"}
+
+
+def fleet_grid(conn: Connection, now: datetime) -> list[GridNode]:
+    """Every node as the fleet page draws it: shown state, zone, pool and one letter per GPU."""
+    query = select(
+        nodes.c.name, nodes.c.state, nodes.c.stale_at, nodes.c.labels, nodes.c.gpus, nodes.c.incident_id
+    ).order_by(nodes.c.name)
+    return [
+        GridNode(
+            name=row.name,
+            state=STALE if row.stale_at <= now else row.state,
+            zone=_first_label(row.labels, ZONE_LABELS),
+            pool=_first_label(row.labels, POOL_LABELS),
+            gpus=_gpu_letters(row.gpus),
+            incident_id=row.incident_id,
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def _first_label(labels: dict[str, str] | None, names: tuple[str, ...]) -> str | None:
+    found = labels or {}
+    return next((found[name] for name in names if name in found), None)
+
+
+def _gpu_letters(gpus: list[dict[str, Any]] | None) -> str:
+    ordered = sorted(gpus or [], key=lambda gpu: int(gpu.get("index", 0)))
+    return "".join(_GPU_LETTER.get(str(gpu.get("status", "ok")), "u") for gpu in ordered)
 
 
 def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None:

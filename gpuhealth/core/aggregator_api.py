@@ -367,3 +367,16 @@ class ProblemDetail(_Wire):
     """Body of every 4xx answer other than FastAPI's own 422."""
 
     detail: str
+
+
+class GridNode(_Wire):
+    """One node of the fleet page's grid: as little as the grid draws, so 10,000 nodes stay a small answer."""
+
+    name: str
+    state: str = Field(description="The shown state: the reported one, or 'stale'.")
+    zone: str | None = Field(default=None, description="The node's zone label, when its agent reports one.")
+    pool: str | None = Field(default=None, description="The node's pool label, when its agent reports one.")
+    gpus: str = Field(
+        description="One letter per GPU by index, its worst status: o ok, w warn, f fail, u unknown."
+    )
+    incident_id: str | None = None

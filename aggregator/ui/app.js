@@ -1,0 +1,279 @@
+// The fleet page: reads the aggregator's own API with the person's bearer token (same authentication and
+// roles as the API) and polls it, so what it shows is never older than one interval. No build step: plain
+// browser JavaScript, shipped in the Python package.
+"use strict";
+
+const TOKEN_KEY = "gpuhealth-token";
+const POLL_MS = Number(new URLSearchParams(location.search).get("interval") || 3) * 1000;
+const STATES = ["healthy", "degraded", "unhealthy", "unknown", "quarantined", "testing", "stale"];
+const OPERATOR_ROLES = new Set(["operator", "admin"]);
+const EXPANDED_INCIDENTS = 10; // timelines fetched for the newest open incidents only
+
+const $ = (id) => document.getElementById(id);
+const state = { role: null, who: null, grid: new Map(), timer: null, filters: { state: "", pool: "", zone: "", name: "" } };
+window.gpuhealth = { lastRefreshMs: null, refreshes: 0 }; // read by the browser tests and benchmarks
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+class Unauthorized extends Error {}
+
+async function api(path, options = {}) {
+  const headers = { Accept: "application/json", Authorization: `Bearer ${token()}` };
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const answer = await fetch(path, { ...options, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) });
+  if (answer.status === 401) throw new Unauthorized();
+  const data = answer.headers.get("content-type")?.includes("json") ? await answer.json() : await answer.text();
+  if (!answer.ok) throw new Error(typeof data === "object" && data.detail ? detailText(data.detail) : `HTTP ${answer.status}`);
+  return data;
+}
+
+function detailText(detail) { return typeof detail === "string" ? detail : JSON.stringify(detail); }
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null) continue;
+    if (key === "class") node.className = value; else if (key === "text") node.textContent = value; else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function when(iso) {
+  if (!iso) return "";
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (seconds < 90) return `${Math.round(seconds)} s ago`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h ago`;
+  return new Date(iso).toISOString().replace("T", " ").slice(0, 16) + " UTC";
+}
+
+// --- sign-in and the caller's role ---------------------------------------------------------------------
+
+function showLogin(message) {
+  clearInterval(state.timer);
+  $("login").hidden = false;
+  $("fleet-view").hidden = true;
+  $("node-view").hidden = true;
+  $("login-error").textContent = message || "";
+}
+
+$("login-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+  $("token").value = "";
+  start();
+});
+
+async function whoAmI() {
+  try {
+    const me = await api("/v1/whoami");
+    state.role = me.role;
+    state.who = me.name;
+  } catch (error) {
+    if (error instanceof Unauthorized) throw error;
+    state.role = "operator"; // an aggregator without roles: one token opens everything
+    state.who = null;
+  }
+  $("who").textContent = state.who ? `${state.who} (${state.role})` : "";
+}
+
+// --- the fleet -----------------------------------------------------------------------------------------
+
+function renderSummary(fleet) {
+  const parts = [el("span", { text: `${fleet.nodes} nodes, ${fleet.gpus} GPUs` })];
+  for (const name of STATES) {
+    const count = fleet.by_state[name];
+    if (count) parts.push(el("span", { class: `count-${name}`, "data-state": name, text: `${name} ${count}` }));
+  }
+  parts.push(el("span", { text: `open incidents ${fleet.open_incidents}` }));
+  $("summary").replaceChildren(...parts);
+  const breaker = fleet.breaker;
+  const tripped = breaker.state === "tripped";
+  $("breaker").className = tripped ? "breaker tripped" : "breaker";
+  $("breaker").dataset.state = breaker.state;
+  $("breaker").textContent = tripped
+    ? `Circuit breaker TRIPPED ${when(breaker.tripped_at)}: ${breaker.reason || ""}`
+    : `Circuit breaker closed (${breaker.recent_unhealthy} of ${breaker.gpu_nodes} nodes turned unhealthy in the window)`;
+  const budget = fleet.budget;
+  $("budget").textContent = `Remediation budget: ${budget.in_use} of ${budget.limit} in use`;
+}
+
+function nodeSignature(node) { return `${node.state}|${node.gpus}|${node.zone}|${node.pool}`; }
+
+function renderGrid(nodes) {
+  const grid = $("grid");
+  const seen = new Set();
+  for (const node of nodes) {
+    seen.add(node.name);
+    const known = state.grid.get(node.name);
+    if (known && known.signature === nodeSignature(node)) continue;
+    const tile = el("a", { class: `node s-${node.state}`, href: `#/node/${encodeURIComponent(node.name)}`, "data-node": node.name,
+                           "data-state": node.state, "data-zone": node.zone || "", "data-pool": node.pool || "",
+                           title: `${node.name}: ${node.state}${node.incident_id ? ", " + node.incident_id : ""}` },
+                    el("span", { class: "n", text: node.name }));
+    for (const letter of node.gpus) tile.append(el("i", { class: `g ${letter}` }));
+    if (known) known.tile.replaceWith(tile); else grid.append(tile);
+    state.grid.set(node.name, { tile, signature: nodeSignature(node), node });
+  }
+  for (const [name, known] of state.grid) {
+    if (!seen.has(name)) { known.tile.remove(); state.grid.delete(name); }
+  }
+  refreshFilterChoices(nodes);
+  applyFilters();
+}
+
+function refreshFilterChoices(nodes) {
+  for (const [key, select] of [["pool", $("filter-pool")], ["zone", $("filter-zone")]]) {
+    const values = [...new Set(nodes.map((node) => node[key]).filter(Boolean))].sort();
+    const current = [...select.options].slice(1).map((option) => option.value);
+    if (values.join("\n") === current.join("\n")) continue;
+    select.replaceChildren(el("option", { value: "", text: "all" }), ...values.map((value) => el("option", { value, text: value })));
+    select.value = values.includes(state.filters[key]) ? state.filters[key] : "";
+  }
+}
+
+function applyFilters() {
+  const { state: wanted, pool, zone, name } = state.filters;
+  let shown = 0;
+  for (const { tile, node } of state.grid.values()) {
+    const visible = (!wanted || node.state === wanted) && (!pool || node.pool === pool) && (!zone || node.zone === zone)
+      && (!name || node.name.includes(name));
+    tile.hidden = !visible;
+    if (visible) shown += 1;
+  }
+  $("grid-count").textContent = `${shown} of ${state.grid.size} nodes`;
+}
+
+for (const [key, id, event] of [["state", "filter-state", "change"], ["pool", "filter-pool", "change"],
+                                 ["zone", "filter-zone", "change"], ["name", "filter-name", "input"]]) {
+  $(id).addEventListener(event, () => { state.filters[key] = $(id).value.trim(); applyFilters(); });
+}
+$("filter-state").append(...STATES.map((name) => el("option", { value: name, text: name })));
+
+function timelineList(events) {
+  return el("ol", { class: "timeline" }, ...events.map((event) => el("li", { "data-kind": event.kind },
+    el("time", { datetime: event.at, title: event.at, text: when(event.at) }),
+    el("span", { text: `${event.kind}: ${event.message}` }),
+    event.details && event.details.by ? el("span", { class: "by", text: ` (${event.details.by})` }) : "")));
+}
+
+async function renderIncidents() {
+  const open = await api("/v1/incidents?open=true");
+  $("incident-count").textContent = `(${open.length})`;
+  const details = await Promise.all(open.slice(0, EXPANDED_INCIDENTS).map((incident) =>
+    api(`/v1/incidents/${encodeURIComponent(incident.id)}`).catch(() => ({ ...incident, timeline: [] }))));
+  $("incidents").replaceChildren(...open.map((incident, position) => {
+    const detail = details[position];
+    return el("div", { class: "incident", "data-incident": incident.id, "data-node": incident.node },
+      el("div", {}, el("a", { href: `#/node/${encodeURIComponent(incident.node)}`, text: incident.node }),
+        el("span", { text: ` ${incident.action}: ${incident.reasons.join(", ")} (since ${when(incident.started_at)})` })),
+      detail ? timelineList(detail.timeline) : el("span", { class: "hint", text: "timeline on the node's page" }));
+  }));
+}
+
+async function renderAlerts() {
+  const [alerts, silences] = await Promise.all([api("/v1/alerts?limit=20"), api("/v1/silences")]);
+  $("alerts").replaceChildren(...alerts.map((alert) => el("tr", {},
+    el("td", { text: when(alert.created_at) }), el("td", { text: `${alert.severity} ${alert.status}` }),
+    el("td", { text: alert.summary }))));
+  $("silences").replaceChildren(...silences.map((silence) => el("tr", {},
+    el("td", { text: silence.node || JSON.stringify(silence.selector) }), el("td", { text: silence.reason }),
+    el("td", { text: `ends ${new Date(silence.ends_at).toISOString().slice(0, 16)} UTC` }), el("td", { text: silence.created_by }))));
+}
+
+async function refreshFleet() {
+  const started = performance.now();
+  const [fleet, grid] = await Promise.all([api("/v1/fleet"), api("/v1/fleet/grid")]);
+  renderSummary(fleet);
+  renderGrid(grid);
+  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined)]);
+  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  window.gpuhealth.lastRefreshMs = performance.now() - started;
+  window.gpuhealth.refreshes += 1;
+}
+
+// --- one node ------------------------------------------------------------------------------------------
+
+async function refreshNode(name) {
+  const node = await api(`/v1/nodes/${encodeURIComponent(name)}`);
+  $("node-title").textContent = `${node.name}: ${node.state}`;
+  $("node-title").dataset.state = node.state;
+  $("node-gpus").replaceChildren(el("tr", {}, el("th", { text: "#" }), el("th", { text: "GPU" }), el("th", { text: "status" })),
+    ...node.gpus.map((gpu) => el("tr", { "data-gpu": gpu.uuid, "data-status": gpu.status },
+      el("td", { text: String(gpu.index) }), el("td", { text: `${gpu.name || ""} ${gpu.uuid}` }), el("td", { text: gpu.status }))));
+  $("node-findings").replaceChildren(...node.findings.map((finding) => el("tr", { "data-code": finding.code },
+    el("td", { text: finding.status }), el("td", { text: finding.code }), el("td", { text: finding.message }))));
+  $("node-incident").textContent = node.incident
+    ? `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`
+    : "none";
+  $("node-timeline").replaceChildren(...timelineList(node.timeline).children);
+  renderNodeActions(node);
+  window.gpuhealth.refreshes += 1;
+}
+
+function renderNodeActions(node) {
+  const box = $("node-actions");
+  if (!OPERATOR_ROLES.has(state.role)) {
+    box.replaceChildren(el("span", { class: "hint", text: "Viewers cannot quarantine, release or run diagnostics." }));
+    return;
+  }
+  const act = (kind, body) => async () => {
+    try {
+      await api(`/v1/nodes/${encodeURIComponent(node.name)}/${kind}`, { method: "POST", body });
+      $("action-result").textContent = `${kind} requested; the node's agent applies it on its next pass`;
+    } catch (error) {
+      $("action-result").textContent = `${kind} refused: ${error.message}`;
+    }
+  };
+  const reason = (verb) => window.prompt(`Why ${verb} ${node.name}?`, "") || `${verb} from the fleet page`;
+  const quarantine = el("button", { id: "action-quarantine", type: "button", text: "Quarantine" });
+  quarantine.addEventListener("click", () => act("quarantine", { reason: reason("quarantine") })());
+  const release = el("button", { id: "action-release", type: "button", text: "Release" });
+  release.addEventListener("click", () => act("release", { reason: reason("release") })());
+  const diag = el("button", { id: "action-diag", type: "button", text: "Run diagnostics (level 2)" });
+  diag.addEventListener("click", () => act("diag", { level: 2, force: false, reason: "from the fleet page" })());
+  box.replaceChildren(quarantine, release, diag);
+}
+
+// --- routing and polling -------------------------------------------------------------------------------
+
+function route() {
+  const match = location.hash.match(/^#\/node\/(.+)$/);
+  return match ? { view: "node", node: decodeURIComponent(match[1]) } : { view: "fleet" };
+}
+
+async function tick() {
+  const where = route();
+  try {
+    if (where.view === "node") await refreshNode(where.node); else await refreshFleet();
+  } catch (error) {
+    if (error instanceof Unauthorized) { sessionStorage.removeItem(TOKEN_KEY); showLogin("That token was refused."); return; }
+    $("updated").textContent = `update failed: ${error.message}`;
+  }
+}
+
+function show() {
+  const where = route();
+  $("login").hidden = true;
+  $("fleet-view").hidden = where.view !== "fleet";
+  $("node-view").hidden = where.view !== "node";
+}
+
+async function start() {
+  if (!token()) { showLogin(); return; }
+  try {
+    await whoAmI();
+  } catch (error) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("That token was refused.");
+    return;
+  }
+  show();
+  await tick();
+  clearInterval(state.timer);
+  state.timer = setInterval(tick, POLL_MS);
+}
+
+window.addEventListener("hashchange", () => { show(); tick(); });
+start();

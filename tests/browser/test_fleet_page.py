@@ -1,0 +1,248 @@
+"""The fleet page in a real browser (headless Chromium driven by Selenium) against a live aggregator fed by
+real agents on fake GPUs in an emulated cluster: the grid shows a faulted node red within seconds, the
+incident's timeline grows as the drain proceeds, and an operator's quarantine and release reach the node.
+
+Chromium and its driver come from Debian (`chromium`, `chromium-driver`; .ci/run installs them). Without them
+these tests skip with one line saying so, except in CI, where a missing browser fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from live_aggregator import LiveAggregator
+from repo_paths import DOCS
+from waiting import HANG_GUARD_S, wait_until
+
+from agent.backends.fake_nvml import FakeNvml
+from agent.loop import Agent
+from agent.settings import AgentSettings, HttpSettings
+from agent.wiring import build_agent
+from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from remediation.kubernetes.drain_policy import DrainPolicy
+from remediation.plan import RemediationPolicy
+from sim.kube.harness import KubeSim, running_kube_sim
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip above
+from selenium.webdriver.common.by import By  # noqa: E402
+
+TOKEN = "fleet-page-token-0123456789abcdef0123456789"
+NODES = ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
+FAULTED = "gpu-node-2"
+SCREENSHOT = DOCS / "images" / "fleet-page.png"
+
+
+def browser_paths() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "chromium and chromedriver are missing: .ci/run installs them (Debian chromium-driver)"
+            )
+        pytest.skip("no headless browser: apt-get install chromium chromium-driver")
+    return chromium, driver
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    chromium, driver = browser_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    session.set_page_load_timeout(HANG_GUARD_S)
+    try:
+        yield session
+    finally:
+        session.quit()
+
+
+class Fleet:
+    """Four GPU nodes with real agents (drain on) reporting to a live aggregator."""
+
+    def __init__(self, kube: KubeSim, aggregator: LiveAggregator, state_root: Path) -> None:
+        self.kube = kube
+        self.aggregator = aggregator
+        self.agents: dict[str, Agent] = {}
+        self.nvml: dict[str, FakeNvml] = {}
+        for node in NODES:
+            settings = AgentSettings(
+                node_name=node,
+                state_dir=state_root / node,
+                policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
+                drain=DrainPolicy(poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2),
+                aggregator={"url": aggregator.url, "permit_retry_s": 0.3, "timeout_s": 2, "heartbeat_s": 0.2},
+                http=HttpSettings(enabled=False),
+            )
+            self.nvml[node] = FakeNvml("h100_sxm", 8, seed=7, node_name=node)
+            self.agents[node] = build_agent(
+                settings, library=self.nvml[node], api_client=kube.api_client(), clock=RealClock()
+            )
+            self.tick(node)
+
+    def tick(self, node: str) -> None:
+        agent = self.agents[node]
+        agent.tick()
+        assert agent.parts.link is not None
+        agent.parts.link.deliver()
+
+    def xid(self, node: str, xid: int = 79) -> None:
+        """An XID on GPU 0, delivered by NVML's event thread; returns once it woke the node's loop."""
+        agent = self.agents[node]
+        assert agent.parts.feed is not None
+        agent.parts.feed.ensure_watching()
+        agent.wake.clear()
+        assert self.nvml[node].inject_xid(0, xid)
+        assert agent.wake.wait(HANG_GUARD_S), "the XID did not wake the loop"
+
+    def shows(self, node: str, expected: str, browser: object) -> bool:
+        """One pass of the node's agent (report delivered), then whether the node's page shows ``expected``."""
+        self.tick(node)
+        return node_title_state(browser) == expected
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+    monkeypatch.setenv("GPUHEALTH_AGGREGATOR_TOKEN", TOKEN)
+    with running_kube_sim(clock=RealClock(), nodes=len(NODES), bookmark_interval_s=0.2) as kube:
+        aggregator = LiveAggregator(tmp_path / "aggregator.db", ManualClock(start=utc_now()), TOKEN).start()
+        built = Fleet(kube, aggregator, tmp_path / "state")
+        try:
+            yield built
+        finally:
+            built.close()
+            aggregator.stop()
+
+
+def signed_in(browser: object, url: str) -> None:
+    """Open the page at a one-second poll and sign in with the token."""
+    browser.get(f"{url}/ui/?interval=1")  # type: ignore[attr-defined]
+    field = browser.find_element(By.ID, "token")  # type: ignore[attr-defined]
+    field.send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#login-form button").click()  # type: ignore[attr-defined]
+
+
+# The page re-renders what changed on every poll, so the tests read it with one script call each (an element
+# reference held across a poll may be replaced under it).
+
+
+def page(browser: object, script: str, *args: object) -> object:
+    return browser.execute_script(script, *args)  # type: ignore[attr-defined]
+
+
+def tile_state(browser: object, node: str) -> object:
+    return page(browser, "const t = document.querySelector(`#grid [data-node='${arguments[0]}']`);"
+                         " return t ? t.dataset.state : null;", node)  # fmt: skip
+
+
+def failing_gpus(browser: object, node: str) -> object:
+    return page(
+        browser, "return document.querySelectorAll(`#grid [data-node='${arguments[0]}'] i.g.f`).length;", node
+    )
+
+
+def timeline_lines(browser: object, node: str) -> list[str]:
+    lines = page(browser, "return Array.from(document.querySelectorAll(`#incidents [data-node='${arguments[0]}'] li`))"
+                          ".map((li) => li.textContent);", node)  # fmt: skip
+    assert isinstance(lines, list)
+    return [str(line) for line in lines]
+
+
+def timeline_kinds(browser: object, node: str) -> list[str]:
+    kinds = page(browser, "return Array.from(document.querySelectorAll(`#incidents [data-node='${arguments[0]}'] li`))"
+                          ".map((li) => li.dataset.kind);", node)  # fmt: skip
+    assert isinstance(kinds, list)
+    return [str(kind) for kind in kinds]
+
+
+def text_of(browser: object, element_id: str) -> str:
+    return str(
+        page(
+            browser,
+            "const e = document.getElementById(arguments[0]); return e ? e.textContent : '';",
+            element_id,
+        )
+    )
+
+
+def node_title_state(browser: object) -> object:
+    return page(browser, "return document.getElementById('node-title').dataset.state || null;")
+
+
+def click(browser: object, element_id: str) -> bool:
+    return bool(page(browser, "const b = document.getElementById(arguments[0]); if (!b) return false; b.click(); return true;",
+                     element_id))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_fault_turns_the_node_red_and_its_timeline_grows_as_the_drain_proceeds(
+    browser: object, fleet: Fleet
+) -> None:
+    signed_in(browser, fleet.aggregator.url)
+    assert wait_until(lambda: all(tile_state(browser, node) == "healthy" for node in NODES)), (
+        "grid never filled"
+    )
+
+    fleet.xid(FAULTED)
+    fleet.tick(FAULTED)  # the XID's pass: marked, tainted, reported
+    assert wait_until(lambda: tile_state(browser, FAULTED) == "unhealthy", timeout=10.0), (
+        "not red within seconds"
+    )
+    assert failing_gpus(browser, FAULTED) == 1, "the faulted GPU is not drawn failing"
+    assert wait_until(lambda: len(timeline_kinds(browser, FAULTED)) > 0), "the open incident is not listed"
+    first = len(timeline_kinds(browser, FAULTED))
+
+    executor = fleet.agents[FAULTED].parts.executor
+    for _ in range(6):  # the permit, the drain on its thread, its outcome: each pass reports what happened
+        fleet.tick(FAULTED)
+        executor.wait_for_drain(HANG_GUARD_S)
+    fleet.tick(FAULTED)
+    assert wait_until(lambda: len(timeline_kinds(browser, FAULTED)) > first), "the timeline did not grow"
+    lines = timeline_lines(browser, FAULTED)
+    assert any("action: drain ok: drain complete" in line for line in lines), "\n".join(lines)
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("GPUHEALTH_SCREENSHOTS"):  # refresh the docs' picture on purpose only
+        browser.save_screenshot(str(SCREENSHOT))  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_an_operator_quarantines_and_releases_a_node_from_its_page(browser: object, fleet: Fleet) -> None:
+    node = "gpu-node-1"
+    signed_in(browser, fleet.aggregator.url)
+    assert wait_until(lambda: tile_state(browser, node) == "healthy")
+    browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{node}")  # type: ignore[attr-defined]
+    page(browser, "window.prompt = () => 'bad fan, checking';")
+    assert wait_until(lambda: click(browser, "action-quarantine")), "no quarantine button for an operator"
+    assert wait_until(lambda: "quarantine requested" in text_of(browser, "action-result")), text_of(
+        browser, "action-result"
+    )
+    # The agent learns of the request from its next heartbeat's answer and applies it on the pass after.
+    assert wait_until(lambda: fleet.shows(node, "quarantined", browser), interval=0.3), text_of(
+        browser, "node-title"
+    )
+
+    page(browser, "window.prompt = () => 'fan replaced';")
+    assert click(browser, "action-release")
+    assert wait_until(lambda: "release requested" in text_of(browser, "action-result")), text_of(
+        browser, "action-result"
+    )
+    assert wait_until(lambda: fleet.shows(node, "healthy", browser), interval=0.3), text_of(
+        browser, "node-title"
+    )
