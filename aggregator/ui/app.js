@@ -260,7 +260,17 @@ function show() {
   $("node-view").hidden = where.view !== "node";
 }
 
+function takeTokenFromFragment() {
+  // `gpuhealth demo` links to the page with its throw-away token in the fragment (never sent to a server):
+  // keep it for this tab and take it out of the address bar.
+  const match = location.hash.match(/^#token=([^&]+)$/);
+  if (!match) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+  history.replaceState(null, "", `${location.pathname}${location.search}#/`);
+}
+
 async function start() {
+  takeTokenFromFragment();
   if (!token()) { showLogin(); return; }
   try {
     await whoAmI();

@@ -37,6 +37,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--headless", action="store_true", help="no live view: progress lines and summary")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_argument(
+        "--keep",
+        type=float,
+        nargs="?",
+        const=600.0,
+        default=0.0,
+        metavar="SECONDS",
+        help="after the story, keep the fleet and its fleet page up this long (default 600; Ctrl-C ends)",
+    )
     # Agents log at error level so that the view stays readable (they provoke faults on purpose).
     parser.set_defaults(handler=run_demo, default_log_level="error")
 
@@ -72,9 +81,9 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         if live:
             with LiveView(scenario.name) as view:
-                summary = run_scenario(scenario, view)
+                summary = run_scenario(scenario, view, keep_s=args.keep)
         else:
-            summary = run_scenario(scenario, ProgressLines())
+            summary = run_scenario(scenario, ProgressLines(), keep_s=args.keep)
     except ScenarioRunError as exc:
         raise CliError(f"scenario {scenario.name!r} cannot be played: {exc}", EXIT_INVALID) from None
     if args.json:

@@ -41,6 +41,7 @@ from sim.scenario.nomad_orchestrator import NomadOrchestrator
 from sim.scenario.orchestrator import JobView, NodeView, Orchestrator
 from sim.scenario.receiver import AlertReceiver
 from sim.scenario.summary import (
+    FLEET_PAGE_PREFIX,
     Durations,
     ExpectationResult,
     FaultLatency,
@@ -107,10 +108,11 @@ class _Pending:
     last: Look | None = field(default=None)
 
 
-def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
+def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0) -> RunSummary:
     """Play ``scenario`` and report every expectation; raises ScenarioRunError when it cannot play.
 
-    A fleet too large to poll at the scenario's pace plays the scenario dilated by ``time_scale``.
+    A fleet too large to poll at the scenario's pace plays the scenario dilated by ``time_scale``. With
+    ``keep_s``, the fleet and its aggregator's fleet page stay up that long after the story (Ctrl-C ends it).
     """
     began = time.monotonic()
     try:
@@ -125,6 +127,9 @@ def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
         stack.callback(receiver.stop)
         aggregator = _start_aggregator(scenario, workdir, receiver)
         stack.callback(aggregator.stop)
+        # The demo's token is made for this run and dies with it; the fragment never reaches a server log.
+        page_url = f"{aggregator.url}/ui/#token={aggregator.token}"
+        observer.progress(f"{FLEET_PAGE_PREFIX}{page_url}")
         orchestrator = orchestrator_for(scenario)
         stack.callback(orchestrator.stop)
         observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
@@ -145,6 +150,8 @@ def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
             player = _Player(scenario, world, nodes, aggregator, observer, look_every_s=look_interval(scale))
             results, latencies, timeline_s = player.play()
         alerts = Counter(alert.kind for alert in receiver.alerts)
+        if keep_s > 0:
+            _keep_serving(observer, page_url, keep_s)
     return RunSummary(
         scenario=scenario.name,
         orchestrator=scenario.orchestrator,
@@ -161,6 +168,17 @@ def run_scenario(scenario: Scenario, observer: Observer) -> RunSummary:
             total_s=round(time.monotonic() - began, 2),
         ),
     )
+
+
+def _keep_serving(observer: Observer, page_url: str, keep_s: float) -> None:
+    """Leave the fleet running so a person can look at what just happened; Ctrl-C ends it early."""
+    observer.progress(
+        f"the story is over; the fleet page stays up for {keep_s:g} s: {page_url} (Ctrl-C ends)"
+    )
+    try:
+        time.sleep(keep_s)
+    except KeyboardInterrupt:
+        observer.progress("stopping")
 
 
 def look_interval(scale: float) -> float:

@@ -9,6 +9,9 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+FLEET_PAGE_PREFIX = "fleet page: "
+"""How a run announces its fleet page's address (the live view keeps it on screen for the whole run)."""
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

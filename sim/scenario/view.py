@@ -15,7 +15,7 @@ from rich.text import Text
 
 from sim.scenario.engine import LiveState
 from sim.scenario.orchestrator import NodeView
-from sim.scenario.summary import RunSummary
+from sim.scenario.summary import FLEET_PAGE_PREFIX, RunSummary
 
 STATE_STYLE = {
     "healthy": "green",
@@ -56,6 +56,7 @@ class LiveView:
         self.scenario = scenario
         self.console = console or Console()
         self._events: list[tuple[float, str]] = []
+        self._page: str | None = None  # the fleet page's address, kept on screen for the whole run
         self._live = Live(console=self.console, auto_refresh=False, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -68,6 +69,8 @@ class LiveView:
         self._live.stop()
 
     def progress(self, text: str) -> None:
+        if text.startswith(FLEET_PAGE_PREFIX):
+            self._page = text.removeprefix(FLEET_PAGE_PREFIX)
         self._live.update(Text(f"demo: {text}"), refresh=True)
 
     def event(self, at_s: float, text: str) -> None:
@@ -77,8 +80,9 @@ class LiveView:
         header = Text(
             f"{self.scenario}  t={state.at_s:5.1f}s / {state.length_s:.0f}s  alerts received: {state.alerts}"
         )
+        page = Text(f"fleet page: {self._page}", style="dim") if self._page else Text("")
         body = Group(
-            header, self._fleet(state.nodes), self._job(state), self._timeline(), self._results(state)
+            header, page, self._fleet(state.nodes), self._job(state), self._timeline(), self._results(state)
         )
         self._live.update(Panel(body, title="gpuhealth demo"), refresh=True)
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
+from waiting import SLOW_HANG_GUARD_S, wait_until
+
+from tests.cli.conftest import GPUHEALTH
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -94,3 +99,38 @@ def test_a_missing_scenario_file_is_one_line_and_exit_2(run_cli: RunCli, tmp_pat
 
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "cannot read" in result.stderr
+
+
+@pytest.mark.slow
+def test_keep_leaves_the_fleet_page_up_after_the_story(tmp_path: Path) -> None:
+    """--keep: the run prints the fleet page's address (its token in the fragment), and after the story the
+    page and the API behind it still answer until the time is up; then the run exits with the story's code."""
+    scenario = write(tmp_path, SMALL % "reboot")
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "250"}
+    demo = subprocess.Popen(
+        [str(GPUHEALTH), "demo", "--scenario", str(scenario), "--headless", "--keep", "30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert demo.stdout is not None
+        lines: list[str] = []
+        for line in demo.stdout:
+            lines.append(line)
+            if "the fleet page stays up" in line:
+                break
+        output = "".join(lines)
+        assert "fleet page: http://127.0.0.1:" in output, output
+        url = output.split("fleet page: ", 1)[1].split()[0]
+        base, token = url.split("/ui/#token=")
+        assert httpx.get(f"{base}/ui/", timeout=5).status_code == 200
+        grid = httpx.get(f"{base}/v1/fleet/grid", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+        assert grid.status_code == 200 and len(grid.json()) == 3
+        demo.terminate()  # Ctrl-C or a signal ends the wait early
+        assert wait_until(lambda: demo.poll() is not None, timeout=SLOW_HANG_GUARD_S)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
