@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -40,15 +40,29 @@ class AggregatorSettings(BaseModel):
         pattern="^(FULL|NORMAL)$",
         description="SQLite PRAGMA synchronous: FULL survives power loss, NORMAL only a process crash.",
     )
+    token_file: Path | None = Field(
+        default=None,
+        description="YAML/JSON file of identities: name, role, node, SHA-256 of token (docs/security.md).",
+    )
     token: str | None = Field(
         default=None,
-        description="Bearer token agents and the CLI must send; required unless allow_anonymous.",
+        description="Deprecated shared bearer token: it may act as any node; use token_file per identity.",
+    )
+    token_role: Literal["viewer", "operator", "admin"] = Field(
+        default="admin",
+        description="Role of whoever sends the deprecated shared token (besides any agent's).",
     )
     allow_anonymous: bool = Field(
-        default=False, description="Serve the API without a token (local demos only; never in a fleet)."
+        default=False,
+        description="Serve loopback clients without a token, as admin (local demos only; never in a fleet).",
     )
     max_report_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body accepted; larger ones get 413."
+    )
+    max_seq_jump: int = Field(
+        default=2_592_000_000,
+        ge=1,
+        description="A report's seq may lead its node's last by at most this (30 days of agents' ms seqs).",
     )
     report_interval_s: float = Field(
         default=30.0, gt=0, description="Report interval assumed for an agent that does not state its own."
@@ -129,10 +143,10 @@ class AggregatorSettings(BaseModel):
 
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:
-        if not self.token and not self.allow_anonymous:
+        if not self.token and self.token_file is None and not self.allow_anonymous:
             raise ValueError(
-                f"no API token: set aggregator.token in the config file or {ENV_PREFIX}TOKEN "
-                "(or allow_anonymous: true for a local demo)"
+                f"no identities: set aggregator.token_file (or {ENV_PREFIX}TOKEN_FILE) to a file of hashed "
+                "tokens (or allow_anonymous: true for a local demo)"
             )
         return self
 

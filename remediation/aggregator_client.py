@@ -18,12 +18,14 @@ from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from gpuhealth.core.aggregator_api import (
+    AuditEntry,
     BreakerStatus,
     Event,
     FleetSummary,
     IncidentDetail,
     IncidentSummary,
     NodeDetail,
+    NodeForgotten,
     NodeRequest,
     NodeSummary,
     Permit,
@@ -48,7 +50,11 @@ class AggregatorUnreachable(AggregatorError):
 
 
 class Unauthorized(AggregatorError):
-    """The aggregator refused the token (401/403)."""
+    """The aggregator refused the token (401)."""
+
+
+class Forbidden(Unauthorized):
+    """The token is known but may not do this (403); the message names the aggregator's rule."""
 
 
 class NotFound(AggregatorError):
@@ -188,29 +194,46 @@ class AggregatorClient:
         """One incident with its timeline."""
         return self._call("GET", f"/v1/incidents/{incident_id}", IncidentDetail, retry=True)
 
-    def quarantine(self, node: str, *, reason: str, requested_by: str) -> NodeRequest:
+    # ``requested_by`` below is accepted so older callers still work, and never sent: the aggregator records
+    # the authenticated caller, whatever a body claims.
+
+    def quarantine(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to quarantine it (a human's request; not retried)."""
-        body = {"reason": reason, "requested_by": requested_by}
-        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json=body)
+        del requested_by
+        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json={"reason": reason})
 
-    def release(self, node: str, *, reason: str, requested_by: str) -> NodeRequest:
+    def release(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
-        body = {"reason": reason, "requested_by": requested_by}
-        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json=body)
+        del requested_by
+        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json={"reason": reason})
 
-    def diag(self, node: str, *, level: int, force: bool, reason: str, requested_by: str) -> NodeRequest:
+    def diag(
+        self, node: str, *, level: int, force: bool, reason: str, requested_by: str | None = None
+    ) -> NodeRequest:
         """Ask the node's agent to run ``dcgmi diag -r LEVEL`` (a human's request; not retried)."""
-        body = {"level": level, "force": force, "reason": reason, "requested_by": requested_by}
+        del requested_by
+        body = {"level": level, "force": force, "reason": reason}
         return self._call("POST", f"/v1/nodes/{node}/diag", NodeRequest, json=body)
+
+    def forget_node(self, node: str) -> NodeForgotten:
+        """Forget a node (admin): it leaves the fleet, the budget and the breaker; its history stays."""
+        return self._call("DELETE", f"/v1/nodes/{node}", NodeForgotten)
+
+    def audit(
+        self, *, since: str | None = None, actor: str | None = None, limit: int = 200
+    ) -> list[AuditEntry]:
+        """The audit log of mutating calls, oldest first (operator or admin)."""
+        params = _params(since=since, actor=actor, limit=limit)
+        return self._call_list("GET", "/v1/audit", AuditEntry, params=params)
 
     def breaker_status(self) -> BreakerStatus:
         """The fleet circuit breaker."""
         return self._call("GET", "/v1/breaker", BreakerStatus, retry=True)
 
-    def breaker_reset(self, *, requested_by: str, reason: str = "") -> BreakerStatus:
-        """Close the breaker (recorded with who and why)."""
-        body = {"requested_by": requested_by, "reason": reason}
-        return self._call("POST", "/v1/breaker/reset", BreakerStatus, json=body)
+    def breaker_reset(self, *, reason: str = "", requested_by: str | None = None) -> BreakerStatus:
+        """Close the breaker (recorded with the authenticated caller and why)."""
+        del requested_by
+        return self._call("POST", "/v1/breaker/reset", BreakerStatus, json={"reason": reason})
 
     def alerts(self, *, failed: bool = False, limit: int = 100) -> list[AlertView]:
         """Alerts newest first with their deliveries; ``failed``: only those dead-lettered somewhere."""
@@ -300,7 +323,9 @@ def _raise_for_status(response: httpx.Response, base_url: str) -> None:
     code = response.status_code
     if code < 400:
         return
-    if code in (401, 403):
+    if code == 403:
+        raise Forbidden(f"the aggregator refused: {_detail(response)}")
+    if code == 401:
         raise Unauthorized(
             f"the aggregator at {base_url} refused the token (HTTP {code}); check GPUHEALTH_TOKEN"
         )

@@ -207,6 +207,8 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
     observer: Observer,
 ) -> RunningFleet:
     token_file = workdir / "token"
+    if aggregator.token is None:
+        raise ScenarioRunError("the demo's aggregator has no token for its agents")
     token_file.write_text(aggregator.token, encoding="utf-8")
     token_file.chmod(0o600)
     state_root = workdir / "agents"
