@@ -204,6 +204,7 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
         heartbeat_s=section.heartbeat_s,
         interval_s=settings.interval_s,
         orchestrator=settings.orchestrator,
+        labels=section.labels,
     )
     gate = PermitGate(settings.node_name, client, clock=clock, retry_s=section.permit_retry_s)
     log.info(

@@ -467,13 +467,16 @@ def _register_permits(app: FastAPI, ctx: _Context) -> None:
 
 
 def _require_permit_holder(conn: Any, caller: Caller, permit_id: int, what: str) -> None:
-    """Refuse (403) unless the caller is the agent of the node holding the permit; 404 if none."""
+    """Refuse (403) unless the caller is the agent of the node holding the permit; 404 if there is none."""
+    principal = caller.principal
+    if principal.role is not Role.AGENT and not principal.any_node:
+        raise Forbidden(f"{principal.describe()} may not {what}: only the node's own agent may")
     node = permits.node_of(conn, permit_id)
     if node is None:
         raise permits.PermitNotFound(f"no permit {permit_id}")
-    if not caller.principal.may_act_for(node):
+    if not principal.may_act_for(node):
         raise Forbidden(
-            f"{caller.principal.describe()} may only {what} of its own node; permit {permit_id} is {node}'s"
+            f"{principal.describe()} may only {what} of its own node; permit {permit_id} is {node}'s"
         )
 
 

@@ -226,6 +226,12 @@ class AggregatorClient:
         params = _params(since=since, actor=actor, limit=limit)
         return self._call_list("GET", "/v1/audit", AuditEntry, params=params)
 
+    def permits(self, *, active_only: bool = True) -> list[Permit]:
+        """Permits, newest first (only the active ones unless ``active_only`` is False)."""
+        return self._call_list(
+            "GET", "/v1/permits", Permit, params=_params(active=None if active_only else "false")
+        )
+
     def breaker_status(self) -> BreakerStatus:
         """The fleet circuit breaker."""
         return self._call("GET", "/v1/breaker", BreakerStatus, retry=True)
@@ -324,7 +330,7 @@ def _raise_for_status(response: httpx.Response, base_url: str) -> None:
     if code < 400:
         return
     if code == 403:
-        raise Forbidden(f"the aggregator refused: {_detail(response)}")
+        raise Forbidden(f"the aggregator refused (HTTP 403): {_detail(response)}")
     if code == 401:
         raise Unauthorized(
             f"the aggregator at {base_url} refused the token (HTTP {code}); check GPUHEALTH_TOKEN"
