@@ -58,12 +58,13 @@ class Identities:
 
 
 def start_with_identities(
-    tmp_path: Path, identities: Identities, **settings: object
+    tmp_path: Path, identities: Identities, *, token: str | None = None, **settings: object
 ) -> tuple[LiveAggregator, ManualClock]:
-    """A live aggregator (uvicorn on 127.0.0.1) that knows only the token file's identities."""
+    """A live aggregator (uvicorn on 127.0.0.1) that knows the token file's identities (and, with ``token``,
+    the deprecated shared token)."""
     clock = ManualClock(start=datetime(2026, 1, 1, tzinfo=UTC))
     token_file = identities.write(tmp_path / "tokens.yaml")
-    live = LiveAggregator(tmp_path / "aggregator.db", clock, None, token_file=token_file, **settings)
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, token, token_file=token_file, **settings)
     return live.start(), clock
 
 
