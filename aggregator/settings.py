@@ -52,6 +52,24 @@ class AggregatorSettings(BaseModel):
         default="admin",
         description="Role of whoever sends the deprecated shared token (besides any agent's).",
     )
+    kubernetes_api_url: str | None = Field(
+        default=None,
+        description="Kubernetes API server for TokenReview of agents' ServiceAccount tokens; unset: off.",
+    )
+    kubernetes_audience: str = Field(
+        default="gpuhealth-aggregator", description="Audience agents' projected tokens must be issued for."
+    )
+    kubernetes_agent_service_accounts: list[str] = Field(
+        default_factory=lambda: ["system:serviceaccount:gpuhealth:gpuhealth-agent"],
+        description="ServiceAccount users whose reviewed tokens are agents (of the node they run on).",
+    )
+    kubernetes_token_file: Path = Field(
+        default=Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        description="The aggregator's own credentials for TokenReview (it needs system:auth-delegator).",
+    )
+    kubernetes_ca_file: Path | None = Field(
+        default=None, description="CA bundle of the API server (in a pod: the ServiceAccount's ca.crt)."
+    )
     allow_anonymous: bool = Field(
         default=False,
         description="Serve loopback clients without a token, as admin (local demos only; never in a fleet).",
@@ -120,6 +138,13 @@ class AggregatorSettings(BaseModel):
         default=None, description="Base URL on-call can open (e.g. the aggregator's); links in alerts."
     )
 
+    @field_validator("kubernetes_agent_service_accounts", mode="before")
+    @classmethod
+    def _comma_separated_from_environment(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
     @field_validator("alert_sinks", "alert_routes", mode="before")
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
@@ -143,7 +168,8 @@ class AggregatorSettings(BaseModel):
 
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:
-        if not self.token and self.token_file is None and not self.allow_anonymous:
+        identities = self.token or self.token_file is not None or self.kubernetes_api_url
+        if not identities and not self.allow_anonymous:
             raise ValueError(
                 f"no identities: set aggregator.token_file (or {ENV_PREFIX}TOKEN_FILE) to a file of hashed "
                 "tokens (or allow_anonymous: true for a local demo)"

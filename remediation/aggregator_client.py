@@ -7,8 +7,10 @@ answers: reports (idempotent by node + seq) and permit requests (asking again re
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -99,8 +101,36 @@ class SequenceNumbers:
         return self._last
 
 
+class TokenFileAuth(httpx.Auth):
+    """The bearer token of a file, read for every request: a projected ServiceAccount token (or a rotated
+    Secret) is replaced on disk while the agent runs, and a read of a small file costs nothing next to the
+    request (modification times are too coarse to tell two quick writes apart). An unreadable file keeps the
+    last token."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._token: str | None = None
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.current()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+    def current(self) -> str | None:
+        """The file's token now."""
+        with self._lock:
+            try:
+                self._token = self._path.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                log.warning("token file unreadable; keeping the last token", path=str(self._path))
+            return self._token
+
+
 class AggregatorClient:
-    """One aggregator endpoint (``base_url``) with a bearer ``token``."""
+    """One aggregator endpoint (``base_url``) with a bearer ``token``, or the token in ``token_file`` (read
+    for every request)."""
 
     def __init__(
         self,
@@ -111,12 +141,14 @@ class AggregatorClient:
         retries: int = 3,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        token_file: Path | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         headers["User-Agent"] = "gpuhealth"
         self.base_url = base_url.rstrip("/")
+        auth = TokenFileAuth(token_file) if token_file is not None and not token else None
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
         self._retries = max(1, retries)
         self._sleep = sleep

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import structlog
 
 from aggregator.auth.authenticators import Authenticator, SharedTokenAuthenticator, TokenFileAuthenticator
+from aggregator.auth.kubernetes import TokenReviewAuthenticator, credentials_from_file
 from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import MIN_TOKEN_LENGTH, load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
@@ -92,4 +93,16 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
             role=settings.token_role,
         )
         authenticators.append(SharedTokenAuthenticator(settings.token, Role(settings.token_role)))
+    if settings.kubernetes_api_url:
+        ca = settings.kubernetes_ca_file
+        authenticators.append(
+            TokenReviewAuthenticator(
+                settings.kubernetes_api_url,
+                credentials_from_file(settings.kubernetes_token_file),
+                audience=settings.kubernetes_audience,
+                service_accounts=list(settings.kubernetes_agent_service_accounts),
+                verify=str(ca) if ca is not None else True,
+            )
+        )
+        log.info("kubernetes token review on", audience=settings.kubernetes_audience)
     return AuthChain(authenticators, allow_anonymous=settings.allow_anonymous)

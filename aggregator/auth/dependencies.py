@@ -4,7 +4,7 @@ No ``from __future__ import annotations`` here: the dependencies are closures, a
 their ``Annotated`` parameters if the annotations are evaluated where they are defined.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
@@ -24,12 +24,13 @@ class Access:
 
     def __init__(self, chain: AuthChain) -> None:
         self._chain = chain
-        self.caller: Callable[..., Awaitable[Caller]] = self._caller_dependency()
+        self.caller: Callable[..., Caller] = self._caller_dependency()
 
-    def _caller_dependency(self) -> Callable[..., Awaitable[Caller]]:
+    def _caller_dependency(self) -> Callable[..., Caller]:
         chain = self._chain
 
-        async def caller(
+        # Not async: an authenticator may ask another server (TokenReview), so FastAPI runs this in a thread.
+        def caller(
             request: Request,
             credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         ) -> Caller:

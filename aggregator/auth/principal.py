@@ -30,6 +30,7 @@ class AuthMethod(StrEnum):
     TOKEN_FILE = "token_file"  # noqa: S105 - a method's name, not a secret
     SHARED_TOKEN = "shared_token"  # noqa: S105 - a method's name, not a secret
     ANONYMOUS = "anonymous"
+    KUBERNETES = "kubernetes"  # a TokenReview of the agent's ServiceAccount token
 
 
 @dataclass(frozen=True)
