@@ -70,6 +70,20 @@ class AggregatorSettings(BaseModel):
     kubernetes_ca_file: Path | None = Field(
         default=None, description="CA bundle of the API server (in a pod: the ServiceAccount's ca.crt)."
     )
+    nomad_address: str | None = Field(
+        default=None,
+        description="Nomad server address: agents' workload identities are checked by its JWKS; unset: off.",
+    )
+    nomad_audience: str = Field(
+        default="gpuhealth-aggregator", description="Audience agents' Nomad workload identities must carry."
+    )
+    nomad_agent_jobs: list[str] = Field(
+        default_factory=lambda: ["gpuhealth-agent"],
+        description="Nomad jobs whose tasks' identities are agents (of the node their allocation runs on).",
+    )
+    nomad_token_file: Path | None = Field(
+        default=None, description="The aggregator's own Nomad ACL token (read-job), to look allocations up."
+    )
     allow_anonymous: bool = Field(
         default=False,
         description="Serve loopback clients without a token, as admin (local demos only; never in a fleet).",
@@ -138,7 +152,7 @@ class AggregatorSettings(BaseModel):
         default=None, description="Base URL on-call can open (e.g. the aggregator's); links in alerts."
     )
 
-    @field_validator("kubernetes_agent_service_accounts", mode="before")
+    @field_validator("kubernetes_agent_service_accounts", "nomad_agent_jobs", mode="before")
     @classmethod
     def _comma_separated_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -168,7 +182,9 @@ class AggregatorSettings(BaseModel):
 
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:
-        identities = self.token or self.token_file is not None or self.kubernetes_api_url
+        identities = (
+            self.token or self.token_file is not None or self.kubernetes_api_url or self.nomad_address
+        )
         if not identities and not self.allow_anonymous:
             raise ValueError(
                 f"no identities: set aggregator.token_file (or {ENV_PREFIX}TOKEN_FILE) to a file of hashed "

@@ -13,6 +13,7 @@ import structlog
 
 from aggregator.auth.authenticators import Authenticator, SharedTokenAuthenticator, TokenFileAuthenticator
 from aggregator.auth.kubernetes import TokenReviewAuthenticator, credentials_from_file
+from aggregator.auth.nomad import NomadIdentityAuthenticator
 from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import MIN_TOKEN_LENGTH, load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
@@ -105,4 +106,15 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
             )
         )
         log.info("kubernetes token review on", audience=settings.kubernetes_audience)
+    if settings.nomad_address:
+        nomad_token = settings.nomad_token_file
+        authenticators.append(
+            NomadIdentityAuthenticator(
+                settings.nomad_address,
+                audience=settings.nomad_audience,
+                agent_jobs=list(settings.nomad_agent_jobs),
+                credentials=credentials_from_file(nomad_token) if nomad_token else lambda: None,
+            )
+        )
+        log.info("nomad workload identities on", audience=settings.nomad_audience)
     return AuthChain(authenticators, allow_anonymous=settings.allow_anonymous)

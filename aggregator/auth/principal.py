@@ -31,6 +31,7 @@ class AuthMethod(StrEnum):
     SHARED_TOKEN = "shared_token"  # noqa: S105 - a method's name, not a secret
     ANONYMOUS = "anonymous"
     KUBERNETES = "kubernetes"  # a TokenReview of the agent's ServiceAccount token
+    NOMAD = "nomad"  # the agent task's Nomad workload identity (a JWT)
 
 
 @dataclass(frozen=True)
