@@ -84,6 +84,20 @@ class AggregatorSettings(BaseModel):
     nomad_token_file: Path | None = Field(
         default=None, description="The aggregator's own Nomad ACL token (read-job), to look allocations up."
     )
+    oidc_issuer: str | None = Field(
+        default=None, description="OpenID Connect issuer URL whose ID tokens identify people; unset: off."
+    )
+    oidc_audience: str = Field(default="gpuhealth", description="The client id people's ID tokens are for.")
+    oidc_name_claim: str = Field(
+        default="email", description="ID token claim naming the person (audit, history)."
+    )
+    oidc_groups_claim: str = Field(
+        default="groups", description="ID token claim listing the person's groups."
+    )
+    oidc_role_map: dict[str, Literal["viewer", "operator", "admin"]] = Field(
+        default_factory=dict,
+        description="Group -> role (highest match wins; none: refused); a JSON object in the environment.",
+    )
     allow_anonymous: bool = Field(
         default=False,
         description="Serve loopback clients without a token, as admin (local demos only; never in a fleet).",
@@ -159,14 +173,14 @@ class AggregatorSettings(BaseModel):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
-    @field_validator("alert_sinks", "alert_routes", mode="before")
+    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", mode="before")
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):
             try:
                 return json.loads(value)
             except ValueError as exc:
-                raise ValueError("must be a JSON list") from exc
+                raise ValueError("must be JSON") from exc
         return value
 
     @model_validator(mode="after")
@@ -183,7 +197,11 @@ class AggregatorSettings(BaseModel):
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:
         identities = (
-            self.token or self.token_file is not None or self.kubernetes_api_url or self.nomad_address
+            self.token
+            or self.token_file is not None
+            or self.kubernetes_api_url
+            or self.nomad_address
+            or self.oidc_issuer
         )
         if not identities and not self.allow_anonymous:
             raise ValueError(

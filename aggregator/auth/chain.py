@@ -14,6 +14,7 @@ import structlog
 from aggregator.auth.authenticators import Authenticator, SharedTokenAuthenticator, TokenFileAuthenticator
 from aggregator.auth.kubernetes import TokenReviewAuthenticator, credentials_from_file
 from aggregator.auth.nomad import NomadIdentityAuthenticator
+from aggregator.auth.oidc import OidcAuthenticator
 from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import MIN_TOKEN_LENGTH, load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
@@ -117,4 +118,15 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
             )
         )
         log.info("nomad workload identities on", audience=settings.nomad_audience)
+    if settings.oidc_issuer:
+        authenticators.append(
+            OidcAuthenticator(
+                settings.oidc_issuer,
+                audience=settings.oidc_audience,
+                role_map=dict(settings.oidc_role_map),
+                name_claim=settings.oidc_name_claim,
+                groups_claim=settings.oidc_groups_claim,
+            )
+        )
+        log.info("oidc people on", issuer=settings.oidc_issuer, groups=len(settings.oidc_role_map))
     return AuthChain(authenticators, allow_anonymous=settings.allow_anonymous)

@@ -32,6 +32,7 @@ class AuthMethod(StrEnum):
     ANONYMOUS = "anonymous"
     KUBERNETES = "kubernetes"  # a TokenReview of the agent's ServiceAccount token
     NOMAD = "nomad"  # the agent task's Nomad workload identity (a JWT)
+    OIDC = "oidc"  # a person's ID token from the OpenID Connect issuer
 
 
 @dataclass(frozen=True)
