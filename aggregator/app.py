@@ -24,6 +24,7 @@ from aggregator.auth.chain import Caller, build_chain
 from aggregator.auth.dependencies import Access
 from aggregator.auth.principal import Role
 from aggregator.auth.rules import Forbidden, require_agent_of, require_agent_or_role
+from aggregator.auth.unauthorized_log import UnauthorizedLog
 from aggregator.batching import ReportWriter
 from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.forget import forget_node
@@ -134,7 +135,7 @@ def create_app(
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_report_bytes)
     ctx = _Context(db=db, settings=settings, metrics=metrics, now=now, access=access, writer=writer)
-    _register_handlers(app)
+    _register_handlers(app, UnauthorizedLog(event="request refused: forbidden"))
     for register in (
         _register_probes,
         _register_reports,
@@ -505,10 +506,10 @@ def _register_breaker(app: FastAPI, ctx: _Context) -> None:
             return breaker.status(conn, ctx.settings, ctx.now())
 
 
-def _register_handlers(app: FastAPI) -> None:
+def _register_handlers(app: FastAPI, forbidden_log: UnauthorizedLog) -> None:
     @app.exception_handler(Forbidden)
     async def _forbidden(request: Request, exc: Forbidden) -> JSONResponse:
-        log.info("request forbidden", path=request.url.path, rule=str(exc))
+        forbidden_log.refused(request.client.host if request.client else "unknown", str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=403)
 
     @app.exception_handler(permits.PermitNotFound)

@@ -1,5 +1,6 @@
-"""Refused authentications, logged at most once a minute per client address (a scanner cannot flood the
-log) and never with the token, only the client address and how many were refused since the last line."""
+"""Refused requests, logged at most once a minute per client address (a scanner, or a compromised node
+probing what it may do, cannot flood the log), never with the token: the client address, the reason and
+how many were refused since the last line."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ MAX_TRACKED = 1024  # addresses remembered; past this the oldest are forgotten (
 
 
 class UnauthorizedLog:
-    """Counts refusals per client address and logs the first of each window."""
+    """Counts refusals per client address and logs the first of each window (as ``event``)."""
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        monotonic: Callable[[], float] = time.monotonic,
+        *,
+        event: str = "request refused: not authenticated",
+    ) -> None:
         self._monotonic = monotonic
+        self._event = event
         self._lock = threading.Lock()
         self._last_logged: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
@@ -39,5 +46,5 @@ class UnauthorizedLog:
                 oldest = next(iter(self._last_logged))
                 del self._last_logged[oldest]
                 self._suppressed.pop(oldest, None)
-        log.warning("request refused: not authenticated", client=client, reason=reason, since_last=suppressed)
+        log.warning(self._event, client=client, reason=reason, since_last=suppressed)
         return True

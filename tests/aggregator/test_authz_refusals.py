@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import structlog
 from live_aggregator import LiveAggregator
 
 from gpuhealth.core.aggregator_api import Report
@@ -212,3 +213,21 @@ def test_every_api_route_declares_who_may_call_it(tmp_path: Path) -> None:
         and not any(getattr(call, "__name__", "") == "caller" for call in calls(route.dependant))
     ]
     assert unguarded == []
+
+
+def test_refusals_are_logged_once_a_minute_per_address_with_the_rule(tmp_path: Path) -> None:
+    """A compromised node probing what it may do cannot flood the aggregator's log."""
+    identities = Identities()
+    live, _clock = start_with_identities(tmp_path, identities)
+    try:
+        with structlog.testing.capture_logs() as logs, client_as(live, identities.agent) as agent:
+            for _ in range(5):
+                with pytest.raises(Forbidden):
+                    agent.summary()
+    finally:
+        live.stop()
+    refused = [line for line in logs if line["event"] == "request refused: forbidden"]
+    assert [(line["client"], line["reason"]) for line in refused] == [
+        ("127.0.0.1", f"agent {AGENT_NODE} may not read the fleet: {AGENTS_ONLY}")
+    ]
+    assert all(identities.agent.token not in repr(line) for line in logs)
