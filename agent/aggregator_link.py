@@ -9,13 +9,23 @@ reports wait on disk until it is back (also across agent restarts).
 
 A "change" is a new state, incident, incident reasons or action, verdict action or set of finding codes;
 steps applied and requests applied are news too. Anything else is a heartbeat every ``heartbeat_s``.
+
+Reports carry an epoch (the machine's boot id at first). An answer ``accepted: false`` is a retry the
+aggregator already counted, unless it says the report was refused or names a last seq above the report's:
+then the node's sequence was taken over (a seq far ahead, sent before per-node identities or by a lost
+outbox) and every later report would be ignored. The link then starts a new epoch, which restarts the
+node's sequence at the aggregator, and carries the refused report's actions and acknowledgements into the
+next report, so nothing it said is lost.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -28,6 +38,7 @@ from gpuhealth.core.aggregator_api import (
     IncidentReport,
     NodeRequest,
     Report,
+    ReportAck,
     RequestKind,
 )
 from gpuhealth.core.clock import Clock
@@ -48,6 +59,7 @@ MAX_ACTIONS = 200
 MAX_FINDINGS = 500
 MIN_INTERVAL_S = 1.0  # the report format's lowest interval; a faster loop reports it as 1 s
 RETRY_S = 5.0  # how soon the sender tries again after a failed delivery
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 _STEP_ACTIONS: dict[str, str] = {
     "SetCondition": "condition",
@@ -65,11 +77,13 @@ _STEP_ACTIONS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class DeliveryStats:
-    """What the sender did so far: reports accepted, repeats the aggregator had already counted, failures."""
+    """What the sender did so far: reports accepted, repeats the aggregator had already counted, failures,
+    and reports refused for a sequence conflict (each started a new epoch)."""
 
     accepted: int = 0
     repeated: int = 0
     failures: int = 0
+    conflicts: int = 0
 
 
 class AggregatorLink:
@@ -85,6 +99,8 @@ class AggregatorLink:
         heartbeat_s: float = 60.0,
         interval_s: float | None = None,
         orchestrator: str = "kubernetes",
+        labels: Mapping[str, str] | None = None,
+        epoch: str | None = None,
     ) -> None:
         self.node = node
         self.client = client
@@ -93,6 +109,10 @@ class AggregatorLink:
         self._heartbeat_s = heartbeat_s
         self._interval_s = interval_s
         self._orchestrator = orchestrator
+        self._labels = dict(labels or {})
+        self._epoch = epoch or boot_epoch()
+        self._carried_actions: list[ActionTaken] = []  # from refused reports, under _lock
+        self._carried_acknowledgements: list[int] = []
         self._last_key: tuple[object, ...] | None = None
         self._last_sent = float("-inf")
         self._actions: list[ActionTaken] = []
@@ -149,6 +169,11 @@ class AggregatorLink:
         Never touches the network; an outbox that cannot be written is logged (the node stays marked).
         """
         self._actions.extend(actions_taken(result.report, self._clock.now(), result.health, dry_run=dry_run))
+        with self._lock:
+            carried, self._carried_actions = self._carried_actions, []
+            self._to_acknowledge.extend(self._carried_acknowledgements)
+            self._carried_acknowledgements = []
+        self._actions[:0] = carried
         key = change_key(result.health, result.verdict)
         changed = key != self._last_key or bool(self._actions) or bool(self._to_acknowledge)
         due = self._clock.monotonic() - self._last_sent >= self._heartbeat_s
@@ -167,6 +192,8 @@ class AggregatorLink:
 
     def _build(self, result: TickResult) -> Report:
         now = self._clock.now()
+        with self._lock:
+            epoch = self._epoch
         return build_report(
             self.node,
             self.outbox.next_seq(int(now.timestamp() * 1000)),
@@ -178,7 +205,15 @@ class AggregatorLink:
             acknowledged=self._to_acknowledge,
             interval_s=self._interval_s,
             orchestrator=self._orchestrator,
+            epoch=epoch,
+            labels=self._labels,
         )
+
+    @property
+    def epoch(self) -> str:
+        """The epoch of the reports built now."""
+        with self._lock:
+            return self._epoch
 
     # --- the sender's side ------------------------------------------------------------------------------
 
@@ -194,7 +229,10 @@ class AggregatorLink:
             except AggregatorError as exc:
                 self._failed("report_not_delivered", exc)
                 break
-            self._count(accepted=ack.accepted)
+            if sequence_conflict(report, ack):
+                self._restart_sequence(report, ack)
+            else:
+                self._count(accepted=ack.accepted)
             self._receive(ack.pending_requests)
             if ack.hold:
                 self._log.info("aggregator_hold", hold=ack.hold)
@@ -250,18 +288,63 @@ class AggregatorLink:
                 if request.status == "pending" and request.id not in self._applied:
                     self._requests[request.id] = request
 
+    def _restart_sequence(self, report: Report, ack: ReportAck) -> None:
+        """The aggregator did not count ``report`` and never will in this epoch: start a new one, and carry
+        what the report said that a later report would not repeat (actions, acknowledgements)."""
+        with self._lock:
+            if report.epoch == self._epoch:
+                self._epoch = fresh_epoch(self._epoch)
+            self._carried_actions.extend(report.actions)
+            self._carried_acknowledgements.extend(report.acknowledged_requests)
+            epoch = self._epoch
+        self._last_key = None  # the next pass reports at once, in the new epoch
+        stats = self._stats
+        self._stats = DeliveryStats(stats.accepted, stats.repeated, stats.failures, stats.conflicts + 1)
+        self._log.warning(
+            "report_sequence_conflict",
+            seq=report.seq,
+            last_seq=ack.last_seq,
+            refused=ack.refused,
+            new_epoch=epoch,
+        )
+
     def _count(self, *, accepted: bool) -> None:
         stats = self._stats
         self._stats = DeliveryStats(
             accepted=stats.accepted + accepted,
             repeated=stats.repeated + (not accepted),
             failures=stats.failures,
+            conflicts=stats.conflicts,
         )
 
     def _failed(self, event: str, exc: AggregatorError) -> None:
         stats = self._stats
-        self._stats = DeliveryStats(stats.accepted, stats.repeated, stats.failures + 1)
+        self._stats = DeliveryStats(stats.accepted, stats.repeated, stats.failures + 1, stats.conflicts)
         self._log.warning(event, error=str(exc), queued=self.outbox.stats().queued)
+
+
+def sequence_conflict(report: Report, ack: ReportAck) -> bool:
+    """Whether a report that did not count was refused, or lies behind a seq this agent never sent.
+
+    A retry of a report the aggregator already counted comes back with ``last_seq`` equal to its seq (the
+    outbox sends in order, so nothing later was sent yet); anything above it was not ours."""
+    if ack.accepted:
+        return False
+    return ack.refused is not None or (ack.last_seq is not None and ack.last_seq > report.seq)
+
+
+def boot_epoch() -> str:
+    """The first epoch of this agent: the machine's boot id (a reboot starts a new sequence), else random."""
+    try:
+        boot_id = BOOT_ID.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return secrets.token_hex(8)
+    return boot_id[:40] if boot_id and boot_id.replace("-", "").isalnum() else secrets.token_hex(8)
+
+
+def fresh_epoch(previous: str) -> str:
+    """A new epoch after a sequence conflict: the previous one's base with a random suffix."""
+    return f"{previous.split('.', maxsplit=1)[0][:40]}.{secrets.token_hex(6)}"
 
 
 def diag_order(request: NodeRequest) -> DiagOrder:
@@ -328,6 +411,8 @@ def build_report(
     acknowledged: list[int],
     interval_s: float | None,
     orchestrator: str,
+    epoch: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Report:
     """One ``gpuhealth.report/v1`` report of the node's health."""
     incident = health.incident
@@ -335,6 +420,7 @@ def build_report(
         {
             "node": node,
             "seq": seq,
+            "epoch": epoch,
             "sent_at": now,
             "interval_s": max(interval_s, MIN_INTERVAL_S) if interval_s is not None else None,
             "orchestrator": orchestrator,
@@ -351,6 +437,7 @@ def build_report(
                 else None
             ),
             "gpus": gpus,
+            "labels": dict(labels or {}),
             "actions": actions,
             "acknowledged_requests": acknowledged,
         }

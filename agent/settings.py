@@ -162,6 +162,12 @@ class AggregatorLinkSettings(_Section):
     outbox_max_reports: int = Field(
         default=1000, ge=2, description="Unsent reports kept on disk; heartbeats are dropped first."
     )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="Node labels sent with every report (zone, rack, pool): selector silences and alert "
+        "grouping match them.",
+    )
 
 
 class AgentSettings(BaseSettings):

@@ -32,7 +32,13 @@ from agent.permit_gate import PermitGate
 from agent.recovery.actions import NodeActions
 from agent.recovery.wiring import with_recovery
 from agent.report_outbox import ReportOutbox
-from agent.settings import AgentSettings, DcgmSettings, KernelLogSettings, aggregator_token
+from agent.settings import (
+    AGGREGATOR_TOKEN_ENV,
+    AgentSettings,
+    DcgmSettings,
+    KernelLogSettings,
+    aggregator_token,
+)
 from agent.sources import EventThread, XidCallback, XidFeed
 from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore
@@ -196,8 +202,17 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
     if section.url is None:
         log.info("aggregator_not_configured", node=settings.node_name)
         return None, PermitGate(settings.node_name, None, clock=clock, retry_s=section.permit_retry_s)
-    token = aggregator_token(section)
-    client = AggregatorClient(section.url, token, timeout_s=section.timeout_s, retries=AGGREGATOR_RETRIES)
+    token = aggregator_token(section)  # fails at start, naming the file, when it cannot be read
+    # From a file, the token is read for every request (a projected ServiceAccount token for Kubernetes
+    # TokenReview rotates; so may a Secret): only a token from the environment is fixed.
+    from_file = section.token_file if token and not os.environ.get(AGGREGATOR_TOKEN_ENV, "").strip() else None
+    client = AggregatorClient(
+        section.url,
+        None if from_file else token,
+        timeout_s=section.timeout_s,
+        retries=AGGREGATOR_RETRIES,
+        token_file=from_file,
+    )
     outbox = ReportOutbox(settings.state_dir / OUTBOX_FILE_NAME, max_reports=section.outbox_max_reports)
     link = AggregatorLink(
         settings.node_name,
@@ -207,6 +222,7 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
         heartbeat_s=section.heartbeat_s,
         interval_s=settings.interval_s,
         orchestrator=settings.orchestrator,
+        labels=section.labels,
     )
     gate = PermitGate(settings.node_name, client, clock=clock, retry_s=section.permit_retry_s)
     log.info(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,10 +10,9 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import structlog
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response, status
+from fastapi import FastAPI, HTTPException, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -22,17 +20,24 @@ from sqlalchemy.exc import DBAPIError
 from aggregator import breaker, fleet_page, permits, queries
 from aggregator.alerts import api as alerts_api
 from aggregator.alerts.worker import DeliveryWorker
+from aggregator.auth.chain import Caller, build_chain
+from aggregator.auth.dependencies import Access
+from aggregator.auth.principal import Role
+from aggregator.auth.rules import Forbidden, require_agent_of, require_agent_or_role
+from aggregator.auth.unauthorized_log import UnauthorizedLog
 from aggregator.batching import ReportWriter
 from aggregator.body_limit import BodyLimitMiddleware
+from aggregator.forget import forget_node
 from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import AggregatorSettings
-from aggregator.store import diag_requests
+from aggregator.store import audit, diag_requests
 from aggregator.store import requests as node_requests
 from aggregator.store.engine import Database, open_database
 from aggregator.timespec import TimeSpecError, parse_since
 from gpuhealth.core.aggregator_api import (
     NODE_NAME_PATTERN,
     STALE,
+    AuditEntry,
     BreakerReset,
     BreakerStatus,
     DiagRequest,
@@ -42,6 +47,7 @@ from gpuhealth.core.aggregator_api import (
     IncidentSummary,
     ManualRequest,
     NodeDetail,
+    NodeForgotten,
     NodeRequest,
     NodeSummary,
     Permit,
@@ -61,6 +67,7 @@ NodePath = Annotated[str, Path(pattern=NODE_NAME_PATTERN, max_length=253, descri
 IdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ProblemDetail, "description": "Missing or wrong bearer token."},
+    403: {"model": ProblemDetail, "description": "The caller may not do this; the detail names the rule."},
     413: {"model": ProblemDetail, "description": "Request body larger than max_report_bytes."},
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ProblemDetail, "description": "No such object."}}
@@ -68,23 +75,45 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ProblemDetail, "des
 
 @dataclass(frozen=True)
 class _Context:
-    """What every route needs: the store, the settings, the metrics, the clock and the auth dependency."""
+    """What every route needs: the store, the settings, the metrics, the clock and who may call what."""
 
     db: Database
     settings: AggregatorSettings
     metrics: AggregatorMetrics
     now: Callable[[], datetime]
-    api: list[Any]
+    access: Access
     writer: ReportWriter
 
-
-_bearer = HTTPBearer(auto_error=False, description="The aggregator token (setting `token`).")
+    def audit(
+        self,
+        conn: Any,
+        caller: Caller,
+        action: str,
+        target: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a mutating call in the audit log, in the transaction of the change."""
+        principal = caller.principal
+        audit.record(
+            conn,
+            at=self.now(),
+            actor=principal.name,
+            role=principal.role.value,
+            method=principal.method.value,
+            client=caller.client,
+            action=action,
+            target=target,
+            details=details,
+        )
 
 
 def create_app(
     settings: AggregatorSettings, *, database: Database | None = None, now: Callable[[], datetime] = utc_now
 ) -> FastAPI:
-    """Build the app; opens (and migrates) the database unless one is given. ``now`` is the injected clock."""
+    """Build the app; opens (and migrates) the database unless one is given. ``now`` is the injected clock.
+
+    Raises TokenFileError (a SettingsError) when the token file cannot be loaded."""
+    access = Access(build_chain(settings))
     db = database or open_database(settings)
     metrics = AggregatorMetrics(db, now)
     writer = ReportWriter(db, settings, now)
@@ -105,25 +134,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_report_bytes)
-
-    async def authorized(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> None:
-        if settings.allow_anonymous:
-            return
-        expected = (settings.token or "").encode()
-        given = credentials.credentials.encode("utf-8", "replace") if credentials else b""
-        if not hmac.compare_digest(given, expected):
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "missing or wrong bearer token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    ctx = _Context(
-        db=db, settings=settings, metrics=metrics, now=now, api=[Depends(authorized)], writer=writer
-    )
-    _register_handlers(app)
+    ctx = _Context(db=db, settings=settings, metrics=metrics, now=now, access=access, writer=writer)
+    _register_handlers(app, UnauthorizedLog(event="request refused: forbidden"))
     for register in (
         _register_probes,
         _register_reports,
@@ -134,37 +146,41 @@ def create_app(
         _register_breaker,
     ):
         register(app, ctx)
-    alerts_api.register(app, db=db, now=now, dependencies=ctx.api, responses=ERRORS)
-    fleet_page.register(app, db=db, now=now, dependencies=ctx.api, responses=ERRORS)
+    alerts_api.register(app, db=db, now=now, access=access, audit=ctx.audit, responses=ERRORS)
+    fleet_page.register(app, db=db, now=now, access=access, responses=ERRORS)
     return app
 
 
 def _register_reports(app: FastAPI, ctx: _Context) -> None:
     """Agent reports."""
+    authenticated = ctx.access.authenticated()
 
-    @app.post(
-        "/v1/reports", response_model=ReportAck, dependencies=ctx.api, responses=ERRORS, tags=["agents"]
-    )
-    async def post_report(report: Report) -> ReportAck:
-        """Store an agent report. Idempotent by (node, seq): a retry is acknowledged and not counted."""
+    @app.post("/v1/reports", response_model=ReportAck, responses=ERRORS, tags=["agents"])
+    async def post_report(report: Report, caller: Caller = authenticated) -> ReportAck:
+        """Store an agent report (the node's own agent only). Idempotent by (node, epoch, seq): a retry is
+        acknowledged and not counted."""
+        require_agent_of(caller.principal, report.node, "report")
         started = time.perf_counter()
         ack = await ctx.writer.submit(report)
         ctx.metrics.report_seconds.observe(time.perf_counter() - started)
-        ctx.metrics.reports.labels("accepted" if ack.accepted else "duplicate").inc()
+        outcome = "accepted" if ack.accepted else "refused" if ack.refused else "duplicate"
+        ctx.metrics.reports.labels(outcome).inc()
         return ack
 
 
 def _register_fleet(app: FastAPI, ctx: _Context) -> None:
-    """Fleet summary, node list and detail."""
+    """Fleet summary, node list and detail; forgetting a node."""
+    admin_forgets = ctx.access.role(Role.ADMIN, "forget a node")
+    reader = [ctx.access.role(Role.VIEWER, "read the fleet")]
 
-    @app.get("/v1/fleet", response_model=FleetSummary, dependencies=ctx.api, responses=ERRORS, tags=["fleet"])
+    @app.get("/v1/fleet", response_model=FleetSummary, dependencies=reader, responses=ERRORS, tags=["fleet"])
     def get_fleet() -> FleetSummary:
         """Nodes by state (stale shown as ``stale``), held nodes, open incidents, breaker and budget."""
         with ctx.db.read() as conn:
             return queries.fleet_summary(conn, ctx.settings, ctx.now())
 
     @app.get(
-        "/v1/nodes", response_model=list[NodeSummary], dependencies=ctx.api, responses=ERRORS, tags=["fleet"]
+        "/v1/nodes", response_model=list[NodeSummary], dependencies=reader, responses=ERRORS, tags=["fleet"]
     )
     def get_nodes(
         state: Annotated[str | None, Query(pattern=f"^({'|'.join([*NodeState, STALE])})$")] = None,
@@ -176,7 +192,7 @@ def _register_fleet(app: FastAPI, ctx: _Context) -> None:
     @app.get(
         "/v1/nodes/{node}",
         response_model=NodeDetail,
-        dependencies=ctx.api,
+        dependencies=reader,
         responses=ERRORS | NOT_FOUND,
         tags=["fleet"],
     )
@@ -188,41 +204,61 @@ def _register_fleet(app: FastAPI, ctx: _Context) -> None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {node} has never reported")
         return detail
 
+    @app.delete(
+        "/v1/nodes/{node}", response_model=NodeForgotten, responses=ERRORS | NOT_FOUND, tags=["fleet"]
+    )
+    def forget(node: NodePath, caller: Caller = admin_forgets) -> Any:
+        """Forget a node (admin): its row, incidents, permits and requests; it leaves the budget and the
+        breaker's count. Its history stays. Should it report again it starts over."""
+        with ctx.db.write() as conn:
+            removed = forget_node(conn, node, by=caller.principal.name, now=ctx.now())
+            if removed is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {node} is not known")
+            ctx.audit(conn, caller, "forget_node", node, removed.model_dump(mode="json"))
+        return removed
+
 
 def _register_requests(app: FastAPI, ctx: _Context) -> None:
     """Manual quarantine / release and the agent side of it."""
+    authenticated = ctx.access.authenticated()
+    operator_quarantines = ctx.access.role(Role.OPERATOR, "quarantine a node")
+    operator_releases = ctx.access.role(Role.OPERATOR, "release a node")
+    operator_diags = ctx.access.role(Role.OPERATOR, "run diagnostics")
 
-    @app.get(
-        "/v1/nodes/{node}/requests",
-        response_model=list[NodeRequest],
-        dependencies=ctx.api,
-        responses=ERRORS,
-        tags=["agents"],
-    )
-    def get_pending_requests(node: NodePath) -> list[NodeRequest]:
-        """Quarantine / release requests the node's agent has yet to apply."""
+    @app.get("/v1/nodes/{node}/requests", response_model=list[NodeRequest], responses=ERRORS, tags=["agents"])
+    def get_pending_requests(node: NodePath, caller: Caller = authenticated) -> list[NodeRequest]:
+        """Quarantine / release requests the node's agent has yet to apply (its agent, or a viewer)."""
+        require_agent_or_role(caller.principal, node, Role.VIEWER, "read requests")
         with ctx.db.read() as conn:
             return node_requests.pending(conn, node)
 
     @app.post(
         "/v1/nodes/{node}/requests/{request_id}/ack",
         response_model=list[NodeRequest],
-        dependencies=ctx.api,
         responses=ERRORS,
         tags=["agents"],
     )
-    def ack_request(node: NodePath, request_id: IdPath) -> list[NodeRequest]:
-        """The agent applied this request; returns what is still pending."""
+    def ack_request(node: NodePath, request_id: IdPath, caller: Caller = authenticated) -> list[NodeRequest]:
+        """The agent applied this request; returns what is still pending (the node's own agent only)."""
+        require_agent_of(caller.principal, node, "acknowledge requests")
         with ctx.db.write() as conn:
             node_requests.mark_applied(conn, node, [request_id], ctx.now())
+            ctx.audit(conn, caller, "ack_request", node, {"request": request_id})
             return node_requests.pending(conn, node)
 
-    def manual(node: str, kind: str, body: ManualRequest) -> NodeRequest:
+    def manual(node: str, kind: str, body: ManualRequest, caller: Caller) -> NodeRequest:
         try:
             with ctx.db.write() as conn:
-                return node_requests.request_by_human(
-                    conn, node, kind=kind, reason=body.reason, requested_by=body.requested_by, now=ctx.now()
+                request = node_requests.request_by_human(
+                    conn,
+                    node,
+                    kind=kind,
+                    reason=body.reason,
+                    requested_by=caller.principal.name,
+                    now=ctx.now(),
                 )
+                ctx.audit(conn, caller, kind, node, {"reason": body.reason, "request": request.id})
+                return request
         except node_requests.UnknownNode as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
 
@@ -230,50 +266,65 @@ def _register_requests(app: FastAPI, ctx: _Context) -> None:
         "/v1/nodes/{node}/quarantine",
         response_model=NodeRequest,
         status_code=201,
-        dependencies=ctx.api,
         responses=ERRORS | NOT_FOUND,
         tags=["on-call"],
     )
-    def quarantine(node: NodePath, body: ManualRequest) -> NodeRequest:
-        """Ask the node's agent to quarantine it; it stays held until released."""
-        return manual(node, "quarantine", body)
+    def quarantine(
+        node: NodePath,
+        body: ManualRequest,
+        caller: Caller = operator_quarantines,
+    ) -> NodeRequest:
+        """Ask the node's agent to quarantine it (operator); it stays held until released."""
+        return manual(node, "quarantine", body, caller)
 
     @app.post(
         "/v1/nodes/{node}/release",
         response_model=NodeRequest,
         status_code=201,
-        dependencies=ctx.api,
         responses=ERRORS | NOT_FOUND,
         tags=["on-call"],
     )
-    def release(node: NodePath, body: ManualRequest) -> NodeRequest:
-        """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
-        return manual(node, "release", body)
+    def release(
+        node: NodePath,
+        body: ManualRequest,
+        caller: Caller = operator_releases,
+    ) -> NodeRequest:
+        """Ask the node's agent to release it (operator); lifts a manual or repeat-offender hold."""
+        return manual(node, "release", body, caller)
 
     @app.post(
         "/v1/nodes/{node}/diag",
         response_model=NodeRequest,
         status_code=201,
-        dependencies=ctx.api,
         responses=ERRORS | NOT_FOUND,
         tags=["on-call"],
     )
-    def diag(node: NodePath, body: DiagRequest) -> NodeRequest:
-        """Ask the node's agent to run ``dcgmi diag -r LEVEL``; the outcome lands in the node's timeline."""
+    def diag(
+        node: NodePath,
+        body: DiagRequest,
+        caller: Caller = operator_diags,
+    ) -> NodeRequest:
+        """Ask the node's agent to run ``dcgmi diag -r LEVEL`` (operator); the outcome lands in the node's
+        timeline."""
         try:
             with ctx.db.write() as conn:
-                return diag_requests.request_diag(conn, node, body, ctx.now())
+                request = diag_requests.request_diag(
+                    conn, node, body, ctx.now(), requested_by=caller.principal.name
+                )
+                ctx.audit(conn, caller, "diag", node, {"level": body.level, "force": body.force})
+                return request
         except node_requests.UnknownNode as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
 
 
 def _register_history(app: FastAPI, ctx: _Context) -> None:
-    """Incidents and events."""
+    """Incidents, events and the audit log."""
+    reader = [ctx.access.role(Role.VIEWER, "read the history")]
 
     @app.get(
         "/v1/incidents",
         response_model=list[IncidentSummary],
-        dependencies=ctx.api,
+        dependencies=reader,
         responses=ERRORS,
         tags=["history"],
     )
@@ -290,7 +341,7 @@ def _register_history(app: FastAPI, ctx: _Context) -> None:
     @app.get(
         "/v1/incidents/{incident_id}",
         response_model=IncidentDetail,
-        dependencies=ctx.api,
+        dependencies=reader,
         responses=ERRORS | NOT_FOUND,
         tags=["history"],
     )
@@ -305,7 +356,7 @@ def _register_history(app: FastAPI, ctx: _Context) -> None:
         return detail
 
     @app.get(
-        "/v1/events", response_model=list[Event], dependencies=ctx.api, responses=ERRORS, tags=["history"]
+        "/v1/events", response_model=list[Event], dependencies=reader, responses=ERRORS, tags=["history"]
     )
     def get_events(
         node: Annotated[str | None, Query(pattern=NODE_NAME_PATTERN, max_length=253)] = None,
@@ -316,6 +367,23 @@ def _register_history(app: FastAPI, ctx: _Context) -> None:
         when = _since(since, ctx.now())
         with ctx.db.read() as conn:
             return queries.event_list(conn, node=node, since=when, limit=limit)
+
+    @app.get(
+        "/v1/audit",
+        response_model=list[AuditEntry],
+        dependencies=[ctx.access.role(Role.OPERATOR, "read the audit log")],
+        responses=ERRORS,
+        tags=["history"],
+    )
+    def get_audit(
+        since: Annotated[str | None, Query(max_length=64, description="1h, 30m, 2d or an ISO time")] = None,
+        actor: Annotated[str | None, Query(max_length=128)] = None,
+        limit: Annotated[int, Query(ge=1, le=audit.MAX_LISTED)] = 200,
+    ) -> list[AuditEntry]:
+        """Mutating calls (operator): who, role, what, target, when, from which address; oldest first."""
+        when = _since(since, ctx.now())
+        with ctx.db.read() as conn:
+            return audit.entries(conn, since=when, actor=actor, limit=limit)
 
 
 def _since(spec: str | None, now: datetime) -> datetime | None:
@@ -331,22 +399,22 @@ def _since(spec: str | None, now: datetime) -> datetime | None:
 
 def _register_permits(app: FastAPI, ctx: _Context) -> None:
     """Permit request, list, renew, release."""
+    authenticated = ctx.access.authenticated()
     refused: dict[int | str, dict[str, Any]] = {
         409: {"model": PermitRefusal, "description": "Permit refused."}
     }
 
     @app.post(
-        "/v1/permits",
-        response_model=Permit,
-        status_code=201,
-        dependencies=ctx.api,
-        responses=ERRORS | refused,
-        tags=["permits"],
+        "/v1/permits", response_model=Permit, status_code=201, responses=ERRORS | refused, tags=["permits"]
     )
-    def request_permit(body: PermitRequest) -> Any:
-        """Grant a permit or refuse it (409) with the reason; asking again while holding one returns it."""
+    def request_permit(body: PermitRequest, caller: Caller = authenticated) -> Any:
+        """Grant a permit or refuse it (409) with the reason; asking again while holding one returns it.
+        The node's own agent only."""
+        require_agent_of(caller.principal, body.node, "request permits")
         with ctx.db.write() as conn:
             decision = permits.request_permit(conn, body, ctx.settings, ctx.now())
+            if decision.permit is not None:
+                ctx.audit(conn, caller, "permit_request", body.node, {"permit": decision.permit.id})
         if decision.refusal is not None:
             ctx.metrics.permit_decisions.labels(decision.refusal.code).inc()
             return JSONResponse(decision.refusal.model_dump(mode="json"), status_code=409)
@@ -354,7 +422,11 @@ def _register_permits(app: FastAPI, ctx: _Context) -> None:
         return decision.permit
 
     @app.get(
-        "/v1/permits", response_model=list[Permit], dependencies=ctx.api, responses=ERRORS, tags=["permits"]
+        "/v1/permits",
+        response_model=list[Permit],
+        dependencies=[ctx.access.role(Role.VIEWER, "list permits")],
+        responses=ERRORS,
+        tags=["permits"],
     )
     def list_permits(active: bool = True) -> list[Permit]:
         """Permits, newest first (only the active ones unless ``active=false``)."""
@@ -364,56 +436,83 @@ def _register_permits(app: FastAPI, ctx: _Context) -> None:
     @app.post(
         "/v1/permits/{permit_id}/renew",
         response_model=Permit,
-        dependencies=ctx.api,
         responses=ERRORS | NOT_FOUND | {409: {"model": ProblemDetail}},
         tags=["permits"],
     )
-    def renew_permit(permit_id: IdPath, body: PermitRenewal | None = None) -> Permit:
-        """Extend an active permit's TTL; a lapsed one answers 409 (ask for a new one)."""
+    def renew_permit(
+        permit_id: IdPath,
+        caller: Caller = authenticated,
+        body: PermitRenewal | None = None,
+    ) -> Permit:
+        """Extend an active permit's TTL (its node's agent only); a lapsed one answers 409: ask anew."""
         with ctx.db.write() as conn:
-            return permits.renew_permit(
+            _require_permit_holder(conn, caller, permit_id, "renew permits")
+            renewed = permits.renew_permit(
                 conn, permit_id, body.ttl_s if body else None, ctx.settings, ctx.now()
             )
+            ctx.audit(conn, caller, "permit_renew", renewed.node, {"permit": permit_id})
+            return renewed
 
     @app.post(
         "/v1/permits/{permit_id}/release",
         response_model=Permit,
-        dependencies=ctx.api,
         responses=ERRORS | NOT_FOUND,
         tags=["permits"],
     )
-    def release_permit(permit_id: IdPath) -> Permit:
-        """Give the permit back (idempotent)."""
+    def release_permit(permit_id: IdPath, caller: Caller = authenticated) -> Permit:
+        """Give the permit back (idempotent). Its node's agent only."""
         with ctx.db.write() as conn:
-            return permits.release_permit(conn, permit_id, ctx.now())
+            _require_permit_holder(conn, caller, permit_id, "release permits")
+            released = permits.release_permit(conn, permit_id, ctx.now())
+            ctx.audit(conn, caller, "permit_release", released.node, {"permit": permit_id})
+            return released
+
+
+def _require_permit_holder(conn: Any, caller: Caller, permit_id: int, what: str) -> None:
+    """Refuse (403) unless the caller is the agent of the node holding the permit; 404 if there is none."""
+    principal = caller.principal
+    if principal.role is not Role.AGENT and not principal.any_node:
+        raise Forbidden(f"{principal.describe()} may not {what}: only the node's own agent may")
+    node = permits.node_of(conn, permit_id)
+    if node is None:
+        raise permits.PermitNotFound(f"no permit {permit_id}")
+    if not principal.may_act_for(node):
+        raise Forbidden(
+            f"{principal.describe()} may only {what} of its own node; permit {permit_id} is {node}'s"
+        )
 
 
 def _register_breaker(app: FastAPI, ctx: _Context) -> None:
     """Breaker status and reset."""
+    admin_resets = ctx.access.role(Role.ADMIN, "reset the breaker")
 
     @app.get(
-        "/v1/breaker", response_model=BreakerStatus, dependencies=ctx.api, responses=ERRORS, tags=["breaker"]
+        "/v1/breaker",
+        response_model=BreakerStatus,
+        dependencies=[ctx.access.role(Role.VIEWER, "read the breaker")],
+        responses=ERRORS,
+        tags=["breaker"],
     )
     def get_breaker() -> BreakerStatus:
         """The fleet circuit breaker: state, why it tripped, recent unhealthy transitions."""
         with ctx.db.read() as conn:
             return breaker.status(conn, ctx.settings, ctx.now())
 
-    @app.post(
-        "/v1/breaker/reset",
-        response_model=BreakerStatus,
-        dependencies=ctx.api,
-        responses=ERRORS,
-        tags=["breaker"],
-    )
-    def reset_breaker(body: BreakerReset) -> BreakerStatus:
-        """Close the breaker (a human's decision)."""
+    @app.post("/v1/breaker/reset", response_model=BreakerStatus, responses=ERRORS, tags=["breaker"])
+    def reset_breaker(body: BreakerReset, caller: Caller = admin_resets) -> BreakerStatus:
+        """Close the breaker (admin; recorded with the caller's name)."""
         with ctx.db.write() as conn:
-            breaker.reset(conn, requested_by=body.requested_by, reason=body.reason, now=ctx.now())
+            breaker.reset(conn, requested_by=caller.principal.name, reason=body.reason, now=ctx.now())
+            ctx.audit(conn, caller, "breaker_reset", None, {"reason": body.reason})
             return breaker.status(conn, ctx.settings, ctx.now())
 
 
-def _register_handlers(app: FastAPI) -> None:
+def _register_handlers(app: FastAPI, forbidden_log: UnauthorizedLog) -> None:
+    @app.exception_handler(Forbidden)
+    async def _forbidden(request: Request, exc: Forbidden) -> JSONResponse:
+        forbidden_log.refused(request.client.host if request.client else "unknown", str(exc))
+        return JSONResponse({"detail": str(exc)}, status_code=403)
+
     @app.exception_handler(permits.PermitNotFound)
     async def _not_found(_request: Request, exc: permits.PermitNotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)

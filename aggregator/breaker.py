@@ -44,8 +44,9 @@ def recent_unhealthy(conn: Connection, settings: AggregatorSettings, now: dateti
     since = now - timedelta(seconds=settings.breaker_window_s)
     if control is not None and control > since:
         since = control
+    # Only nodes still known: a forgotten node left the denominator, so it leaves the count too.
     query = select(func.count(distinct(events.c.node))).where(
-        events.c.kind == TURNED_UNHEALTHY, events.c.at > since
+        events.c.kind == TURNED_UNHEALTHY, events.c.at > since, events.c.node.in_(select(nodes.c.name))
     )
     return int(conn.execute(query).scalar_one())
 

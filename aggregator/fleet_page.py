@@ -3,22 +3,26 @@ the one read the page needs beyond the API, ``GET /v1/fleet/grid`` (every node's
 
 The page itself carries no data: it asks the API with the person's bearer token, so it has exactly the API's
 authentication and roles. Its responses forbid framing and scripts from anywhere but the aggregator itself.
+
+No ``from __future__ import annotations``: ``whoami`` declares its caller dependency in an ``Annotated``
+parameter, which FastAPI can read only when annotations are evaluated where the route is defined.
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, RedirectResponse
 from starlette.staticfiles import StaticFiles
 
 from aggregator import queries
+from aggregator.auth.chain import Caller
+from aggregator.auth.dependencies import Access
+from aggregator.auth.principal import Role
 from aggregator.store.engine import Database
-from gpuhealth.core.aggregator_api import GridNode
+from gpuhealth.core.aggregator_api import GridNode, WhoAmI
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 PAGE_HEADERS = {
@@ -37,13 +41,20 @@ def register(
     *,
     db: Database,
     now: Callable[[], datetime],
-    dependencies: Sequence[Any],
+    access: Access,
     responses: dict[int | str, dict[str, Any]],
 ) -> None:
-    """Add ``/``, ``/ui/`` (the page and its assets) and ``GET /v1/fleet/grid``."""
+    """Add ``/``, ``/ui/`` (the page and its assets), ``GET /v1/fleet/grid`` and ``GET /v1/whoami``."""
+    reader = [access.role(Role.VIEWER, "read the fleet")]
 
-    @app.get("/v1/fleet/grid", response_model=list[GridNode], dependencies=list(dependencies),
-             responses=responses, tags=["fleet"])  # fmt: skip
+    @app.get("/v1/whoami", response_model=WhoAmI, responses=responses, tags=["fleet"])
+    def whoami(caller: Annotated[Caller, access.authenticated()]) -> WhoAmI:
+        """Who the token belongs to and its role: the page shows the operator's buttons only to operators."""
+        principal = caller.principal
+        return WhoAmI(name=principal.name, role=principal.role.value, node=principal.node)
+
+    @app.get("/v1/fleet/grid", response_model=list[GridNode], dependencies=reader, responses=responses,
+             tags=["fleet"])  # fmt: skip
     def get_fleet_grid() -> list[GridNode]:
         """Every node for the fleet page's grid: shown state, zone, pool, one letter per GPU (o w f u)."""
         with db.read() as conn:

@@ -29,8 +29,40 @@ log = structlog.get_logger(__name__)
 def ingest_report(conn: Connection, report: Report, settings: AggregatorSettings, now: datetime) -> ReportAck:
     """Store one report (in the caller's write transaction) and say what the agent should do next."""
     row = _locked_node(conn, report, settings, now)
-    if report.seq <= row.last_seq:
-        return _ack(conn, report, row.hold, accepted=False, pending=row.pending_requests)
+    if report.epoch == row.epoch:
+        if report.seq <= row.last_seq:
+            return _ack(
+                conn, report, row.hold, accepted=False, pending=row.pending_requests, last_seq=row.last_seq
+            )
+        if row.last_seq >= 0 and report.seq - row.last_seq > settings.max_seq_jump:
+            # A seq far ahead would make every later genuine report look like a retry: refuse it, so the
+            # agent starts a new epoch instead of the node going silent.
+            log.warning(
+                "report refused: sequence jump", node=report.node, seq=report.seq, last_seq=row.last_seq
+            )
+            refused = (
+                f"seq {report.seq} is more than max_seq_jump ({settings.max_seq_jump}) ahead of "
+                f"node {report.node}'s last accepted seq {row.last_seq}; start a new epoch"
+            )
+            return _ack(
+                conn,
+                report,
+                row.hold,
+                accepted=False,
+                pending=row.pending_requests,
+                last_seq=row.last_seq,
+                refused=refused,
+            )
+    elif row.last_seq >= 0:
+        record_event(
+            conn,
+            at=now,
+            kind="report_epoch",
+            node=report.node,
+            message=f"new report epoch {report.epoch or '(none)'}: sequence restarted at {report.seq}",
+            details={"epoch": report.epoch, "previous_last_seq": row.last_seq},
+        )
+        log.info("report sequence restarted", node=report.node, epoch=report.epoch)
     previous_state = NodeState(row.state) if row.last_seq >= 0 else None
     incident_id = _track_incident(conn, report, row.incident_id, now)
     _record_timeline(conn, report, row=row, previous_state=previous_state, incident_id=incident_id, now=now)
@@ -46,11 +78,13 @@ def ingest_report(conn: Connection, report: Report, settings: AggregatorSettings
         )
         pending = node_requests.pending_count(conn, report.node)
     values = _node_values(report, settings, now)
-    values.update(incident_id=incident_id, hold=hold, pending_requests=pending, last_seq=report.seq)
+    values.update(
+        incident_id=incident_id, hold=hold, pending_requests=pending, last_seq=report.seq, epoch=report.epoch
+    )
     conn.execute(_UPDATE_NODE, {"node_name": report.node, **values})
     if report.state in BAD_STATES and previous_state not in BAD_STATES:
         breaker.evaluate(conn, settings, now)
-    return _ack(conn, report, hold, accepted=True, pending=pending)
+    return _ack(conn, report, hold, accepted=True, pending=pending, last_seq=report.seq)
 
 
 # Built once with bound parameters: building the statement anew for every report cost more than running it.
@@ -77,6 +111,7 @@ _UPDATE_NODE = (
                     "hold",
                     "pending_requests",
                     "last_seq",
+                    "epoch",
                 )
             },
             "reports_accepted": nodes.c.reports_accepted + 1,
@@ -108,6 +143,7 @@ def _locked_node(conn: Connection, report: Report, settings: AggregatorSettings,
     columns = (
         nodes.c.state,
         nodes.c.last_seq,
+        nodes.c.epoch,
         nodes.c.incident_id,
         nodes.c.hold,
         nodes.c.pending_requests,
@@ -301,8 +337,23 @@ def _repeat_offender_hold(
     return reason
 
 
-def _ack(conn: Connection, report: Report, hold: str | None, *, accepted: bool, pending: int) -> ReportAck:
+def _ack(
+    conn: Connection,
+    report: Report,
+    hold: str | None,
+    *,
+    accepted: bool,
+    pending: int,
+    last_seq: int,
+    refused: str | None = None,
+) -> ReportAck:
     requests = node_requests.pending(conn, report.node) if pending else []
     return ReportAck(
-        node=report.node, seq=report.seq, accepted=accepted, pending_requests=requests, hold=hold
+        node=report.node,
+        seq=report.seq,
+        accepted=accepted,
+        pending_requests=requests,
+        hold=hold,
+        last_seq=last_seq,
+        refused=refused,
     )

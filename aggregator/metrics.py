@@ -30,7 +30,7 @@ class AggregatorMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.reports = Counter(
             "gpuhealth_aggregator_reports",
-            "Agent reports received, by result (accepted, duplicate, rejected).",
+            "Agent reports received, by result (accepted, duplicate, refused).",
             ["result"],
             registry=self.registry,
         )

@@ -206,6 +206,14 @@ def _grant(conn: Connection, request: PermitRequest, settings: AggregatorSetting
     return permit_from_row(row, now)
 
 
+def node_of(conn: Connection, permit_id: int) -> str | None:
+    """The node a permit was granted to, or None when there is no such permit."""
+    node: str | None = conn.execute(
+        select(permits.c.node).where(permits.c.id == permit_id)
+    ).scalar_one_or_none()
+    return node
+
+
 def renew_permit(
     conn: Connection, permit_id: int, ttl_s: float | None, settings: AggregatorSettings, now: datetime
 ) -> Permit:

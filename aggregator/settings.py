@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -40,15 +40,75 @@ class AggregatorSettings(BaseModel):
         pattern="^(FULL|NORMAL)$",
         description="SQLite PRAGMA synchronous: FULL survives power loss, NORMAL only a process crash.",
     )
+    token_file: Path | None = Field(
+        default=None,
+        description="YAML/JSON file of identities: name, role, node, SHA-256 of token (docs/security.md).",
+    )
     token: str | None = Field(
         default=None,
-        description="Bearer token agents and the CLI must send; required unless allow_anonymous.",
+        description="Deprecated shared bearer token: it may act as any node; use token_file per identity.",
+    )
+    token_role: Literal["viewer", "operator", "admin"] = Field(
+        default="admin",
+        description="Role of whoever sends the deprecated shared token (besides any agent's).",
+    )
+    kubernetes_api_url: str | None = Field(
+        default=None,
+        description="Kubernetes API server for TokenReview of agents' ServiceAccount tokens; unset: off.",
+    )
+    kubernetes_audience: str = Field(
+        default="gpuhealth-aggregator", description="Audience agents' projected tokens must be issued for."
+    )
+    kubernetes_agent_service_accounts: list[str] = Field(
+        default_factory=lambda: ["system:serviceaccount:gpuhealth:gpuhealth-agent"],
+        description="ServiceAccount users whose reviewed tokens are agents (of the node they run on).",
+    )
+    kubernetes_token_file: Path = Field(
+        default=Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        description="The aggregator's own credentials for TokenReview (it needs system:auth-delegator).",
+    )
+    kubernetes_ca_file: Path | None = Field(
+        default=None, description="CA bundle of the API server (in a pod: the ServiceAccount's ca.crt)."
+    )
+    nomad_address: str | None = Field(
+        default=None,
+        description="Nomad server address: agents' workload identities are checked by its JWKS; unset: off.",
+    )
+    nomad_audience: str = Field(
+        default="gpuhealth-aggregator", description="Audience agents' Nomad workload identities must carry."
+    )
+    nomad_agent_jobs: list[str] = Field(
+        default_factory=lambda: ["gpuhealth-agent"],
+        description="Nomad jobs whose tasks' identities are agents (of the node their allocation runs on).",
+    )
+    nomad_token_file: Path | None = Field(
+        default=None, description="The aggregator's own Nomad ACL token (read-job), to look allocations up."
+    )
+    oidc_issuer: str | None = Field(
+        default=None, description="OpenID Connect issuer URL whose ID tokens identify people; unset: off."
+    )
+    oidc_audience: str = Field(default="gpuhealth", description="The client id people's ID tokens are for.")
+    oidc_name_claim: str = Field(
+        default="email", description="ID token claim naming the person (audit, history)."
+    )
+    oidc_groups_claim: str = Field(
+        default="groups", description="ID token claim listing the person's groups."
+    )
+    oidc_role_map: dict[str, Literal["viewer", "operator", "admin"]] = Field(
+        default_factory=dict,
+        description="Group -> role (highest match wins; none: refused); a JSON object in the environment.",
     )
     allow_anonymous: bool = Field(
-        default=False, description="Serve the API without a token (local demos only; never in a fleet)."
+        default=False,
+        description="Serve loopback clients without a token, as admin (local demos only; never in a fleet).",
     )
     max_report_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body accepted; larger ones get 413."
+    )
+    max_seq_jump: int = Field(
+        default=2_592_000_000,
+        ge=1,
+        description="A report's seq may lead its node's last by at most this (30 days of agents' ms seqs).",
     )
     report_interval_s: float = Field(
         default=30.0, gt=0, description="Report interval assumed for an agent that does not state its own."
@@ -106,14 +166,21 @@ class AggregatorSettings(BaseModel):
         default=None, description="Base URL on-call can open (e.g. the aggregator's); links in alerts."
     )
 
-    @field_validator("alert_sinks", "alert_routes", mode="before")
+    @field_validator("kubernetes_agent_service_accounts", "nomad_agent_jobs", mode="before")
+    @classmethod
+    def _comma_separated_from_environment(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", mode="before")
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):
             try:
                 return json.loads(value)
             except ValueError as exc:
-                raise ValueError("must be a JSON list") from exc
+                raise ValueError("must be JSON") from exc
         return value
 
     @model_validator(mode="after")
@@ -129,10 +196,17 @@ class AggregatorSettings(BaseModel):
 
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:
-        if not self.token and not self.allow_anonymous:
+        identities = (
+            self.token
+            or self.token_file is not None
+            or self.kubernetes_api_url
+            or self.nomad_address
+            or self.oidc_issuer
+        )
+        if not identities and not self.allow_anonymous:
             raise ValueError(
-                f"no API token: set aggregator.token in the config file or {ENV_PREFIX}TOKEN "
-                "(or allow_anonymous: true for a local demo)"
+                f"no identities: set aggregator.token_file (or {ENV_PREFIX}TOKEN_FILE) to a file of hashed "
+                "tokens (or allow_anonymous: true for a local demo)"
             )
         return self
 

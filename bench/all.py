@@ -118,6 +118,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "fleet_page",
+        "The fleet page at 10,000 nodes in a real browser",
+        "10,000 nodes x 8 GPUs stored through the aggregator's ingest path, the page opened in headless "
+        "Chromium (Selenium): load until the first full render, one poll's fetch and re-render (median, "
+        "max), and a node turning unhealthy until its tile is red (includes up to one poll of 2 s).",
+        ("Target: usable at 10,000 nodes (issue: the aggregator at fleet scale).",),
+    ),
+    Benchmark(
         "demo_fleet",
         "The whole demo on 1,000 nodes",
         "`gpuhealth demo --nodes 1000 --headless --json` in a child process: emulated Kubernetes API, "

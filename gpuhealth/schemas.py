@@ -1,8 +1,9 @@
 """JSON Schemas of the public formats, generated from the models.
 
-``python -m gpuhealth.schemas --write`` regenerates ``docs/schemas/``; ``--check`` exits 1 naming each
-committed file that drifted from the models (CI runs it, and tests/contract/test_schemas.py checks the same),
-so a model change can never silently change a public contract. Without a flag it prints the schemas.
+``python -m gpuhealth.schemas --write`` regenerates ``docs/schemas/`` and the aggregator settings part of the
+chart's ``values.schema.json``; ``--check`` exits 1 naming each committed file that drifted from the models
+(CI runs it, and tests/contract/test_schemas.py checks the same), so a model change can never silently
+change a public contract. Without a flag it prints the schemas.
 """
 
 from __future__ import annotations
@@ -13,11 +14,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aggregator.settings import AggregatorSettings
 from gpuhealth.core.findings import Verdict
 from gpuhealth.core.snapshot import NodeSnapshot
 from sim.scenario.model import Scenario
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
+CHART_SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth" / "values.schema.json"
+CHART_SET = ("host", "port", "database_url", "token")  # the chart writes these itself
+_KEPT = (
+    "type",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "pattern",
+    "enum",
+    "description",
+)
 
 
 def generated_schemas() -> dict[str, dict[str, Any]]:
@@ -47,6 +61,40 @@ def generated_schemas() -> dict[str, dict[str, Any]]:
     }
 
 
+def chart_settings_schema() -> dict[str, Any]:
+    """``aggregator.settings`` of the chart's values: every aggregator setting the chart does not set, its
+    scalar constraints kept (nested sections checked by the aggregator itself at start)."""
+    model = AggregatorSettings.model_json_schema()
+    properties: dict[str, Any] = {}
+    for name, spec in model["properties"].items():
+        if name in CHART_SET:
+            continue
+        if "$ref" in json.dumps(spec) or "anyOf" in spec:
+            entry: dict[str, Any] = {"description": spec.get("description", "")}
+            types = [option["type"] for option in spec.get("anyOf", []) if "type" in option]
+            if types and "$ref" not in json.dumps(spec):
+                entry["type"] = types
+            elif spec.get("type") in ("array", "object"):
+                entry["type"] = spec["type"]
+        else:
+            entry = {key: value for key, value in spec.items() if key in _KEPT}
+        properties[name] = entry
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "The aggregator's own settings (docs/configuration.md) but host, port, database_url "
+        "and token, which the chart sets.",
+        "properties": properties,
+    }
+
+
+def chart_schema_with_settings() -> str:
+    """The chart's values.schema.json with its aggregator settings regenerated."""
+    schema = json.loads(CHART_SCHEMA.read_text(encoding="utf-8"))
+    schema["properties"]["aggregator"]["properties"]["settings"] = chart_settings_schema()
+    return json.dumps(schema, indent=2) + "\n"
+
+
 def render(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
@@ -60,6 +108,10 @@ def drifted() -> list[str]:
             problems.append(f"docs/schemas/{name}: missing")
         elif path.read_text(encoding="utf-8") != render(schema):
             problems.append(f"docs/schemas/{name}: differs from the models")
+    if CHART_SCHEMA.read_text(encoding="utf-8") != chart_schema_with_settings():
+        problems.append(
+            "helm/gpuhealth/values.schema.json: aggregator.settings differs from the settings model"
+        )
     return problems
 
 
@@ -85,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             (SCHEMA_DIR / name).write_text(render(schema), encoding="utf-8")
         else:
             print(render(schema), end="")
+    if args.write:
+        CHART_SCHEMA.write_text(chart_schema_with_settings(), encoding="utf-8")
     return 0
 
 

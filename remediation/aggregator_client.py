@@ -7,8 +7,10 @@ answers: reports (idempotent by node + seq) and permit requests (asking again re
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -18,12 +20,14 @@ from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from gpuhealth.core.aggregator_api import (
+    AuditEntry,
     BreakerStatus,
     Event,
     FleetSummary,
     IncidentDetail,
     IncidentSummary,
     NodeDetail,
+    NodeForgotten,
     NodeRequest,
     NodeSummary,
     Permit,
@@ -48,7 +52,11 @@ class AggregatorUnreachable(AggregatorError):
 
 
 class Unauthorized(AggregatorError):
-    """The aggregator refused the token (401/403)."""
+    """The aggregator refused the token (401)."""
+
+
+class Forbidden(Unauthorized):
+    """The token is known but may not do this (403); the message names the aggregator's rule."""
 
 
 class NotFound(AggregatorError):
@@ -93,8 +101,36 @@ class SequenceNumbers:
         return self._last
 
 
+class TokenFileAuth(httpx.Auth):
+    """The bearer token of a file, read for every request: a projected ServiceAccount token (or a rotated
+    Secret) is replaced on disk while the agent runs, and a read of a small file costs nothing next to the
+    request (modification times are too coarse to tell two quick writes apart). An unreadable file keeps the
+    last token."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._token: str | None = None
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.current()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+    def current(self) -> str | None:
+        """The file's token now."""
+        with self._lock:
+            try:
+                self._token = self._path.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                log.warning("token file unreadable; keeping the last token", path=str(self._path))
+            return self._token
+
+
 class AggregatorClient:
-    """One aggregator endpoint (``base_url``) with a bearer ``token``."""
+    """One aggregator endpoint (``base_url``) with a bearer ``token``, or the token in ``token_file`` (read
+    for every request)."""
 
     def __init__(
         self,
@@ -105,12 +141,14 @@ class AggregatorClient:
         retries: int = 3,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        token_file: Path | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         headers["User-Agent"] = "gpuhealth"
         self.base_url = base_url.rstrip("/")
+        auth = TokenFileAuth(token_file) if token_file is not None and not token else None
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
         self._retries = max(1, retries)
         self._sleep = sleep
@@ -188,29 +226,52 @@ class AggregatorClient:
         """One incident with its timeline."""
         return self._call("GET", f"/v1/incidents/{incident_id}", IncidentDetail, retry=True)
 
-    def quarantine(self, node: str, *, reason: str, requested_by: str) -> NodeRequest:
+    # ``requested_by`` below is accepted so older callers still work, and never sent: the aggregator records
+    # the authenticated caller, whatever a body claims.
+
+    def quarantine(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to quarantine it (a human's request; not retried)."""
-        body = {"reason": reason, "requested_by": requested_by}
-        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json=body)
+        del requested_by
+        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json={"reason": reason})
 
-    def release(self, node: str, *, reason: str, requested_by: str) -> NodeRequest:
+    def release(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
-        body = {"reason": reason, "requested_by": requested_by}
-        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json=body)
+        del requested_by
+        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json={"reason": reason})
 
-    def diag(self, node: str, *, level: int, force: bool, reason: str, requested_by: str) -> NodeRequest:
+    def diag(
+        self, node: str, *, level: int, force: bool, reason: str, requested_by: str | None = None
+    ) -> NodeRequest:
         """Ask the node's agent to run ``dcgmi diag -r LEVEL`` (a human's request; not retried)."""
-        body = {"level": level, "force": force, "reason": reason, "requested_by": requested_by}
+        del requested_by
+        body = {"level": level, "force": force, "reason": reason}
         return self._call("POST", f"/v1/nodes/{node}/diag", NodeRequest, json=body)
+
+    def forget_node(self, node: str) -> NodeForgotten:
+        """Forget a node (admin): it leaves the fleet, the budget and the breaker; its history stays."""
+        return self._call("DELETE", f"/v1/nodes/{node}", NodeForgotten)
+
+    def audit(
+        self, *, since: str | None = None, actor: str | None = None, limit: int = 200
+    ) -> list[AuditEntry]:
+        """The audit log of mutating calls, oldest first (operator or admin)."""
+        params = _params(since=since, actor=actor, limit=limit)
+        return self._call_list("GET", "/v1/audit", AuditEntry, params=params)
+
+    def permits(self, *, active_only: bool = True) -> list[Permit]:
+        """Permits, newest first (only the active ones unless ``active_only`` is False)."""
+        return self._call_list(
+            "GET", "/v1/permits", Permit, params=_params(active=None if active_only else "false")
+        )
 
     def breaker_status(self) -> BreakerStatus:
         """The fleet circuit breaker."""
         return self._call("GET", "/v1/breaker", BreakerStatus, retry=True)
 
-    def breaker_reset(self, *, requested_by: str, reason: str = "") -> BreakerStatus:
-        """Close the breaker (recorded with who and why)."""
-        body = {"requested_by": requested_by, "reason": reason}
-        return self._call("POST", "/v1/breaker/reset", BreakerStatus, json=body)
+    def breaker_reset(self, *, reason: str = "", requested_by: str | None = None) -> BreakerStatus:
+        """Close the breaker (recorded with the authenticated caller and why)."""
+        del requested_by
+        return self._call("POST", "/v1/breaker/reset", BreakerStatus, json={"reason": reason})
 
     def alerts(self, *, failed: bool = False, limit: int = 100) -> list[AlertView]:
         """Alerts newest first with their deliveries; ``failed``: only those dead-lettered somewhere."""
@@ -300,7 +361,9 @@ def _raise_for_status(response: httpx.Response, base_url: str) -> None:
     code = response.status_code
     if code < 400:
         return
-    if code in (401, 403):
+    if code == 403:
+        raise Forbidden(f"the aggregator refused (HTTP 403): {_detail(response)}")
+    if code == 401:
         raise Unauthorized(
             f"the aggregator at {base_url} refused the token (HTTP {code}); check GPUHEALTH_TOKEN"
         )

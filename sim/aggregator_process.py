@@ -40,7 +40,7 @@ class AggregatorServer:
     def __init__(
         self,
         database: Path,
-        token: str,
+        token: str | None,
         *,
         now: Callable[[], datetime] | None = None,
         **settings: object,
@@ -48,6 +48,7 @@ class AggregatorServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token
+        # ``token`` is the deprecated shared token; per-identity tokens come with ``token_file=...``.
         self._settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "token": token, **settings}
         self._now = now
         self._server: uvicorn.Server | None = None
@@ -72,6 +73,6 @@ class AggregatorServer:
             self._thread.join(START_TIMEOUT_S)
         self._server = None
 
-    def client(self) -> AggregatorClient:
-        """An on-call client of this aggregator."""
-        return AggregatorClient(self.url, self.token, timeout_s=5.0, retries=1)
+    def client(self, token: str | None = None) -> AggregatorClient:
+        """A client of this aggregator with ``token`` (default: the shared one)."""
+        return AggregatorClient(self.url, token or self.token, timeout_s=5.0, retries=1)

@@ -22,6 +22,8 @@ file_secret_settings  # settings_customise_sources
 # --- Hooks a library calls or attributes it reads --------------------------------------------------------
 _.settings_customise_sources  # pydantic-settings: the order of the settings sources (agent/settings.py)
 _.collect  # prometheus_client calls a custom Collector's collect() on every scrape (aggregator/metrics.py)
+_.auth_flow  # httpx.Auth: httpx calls it for every request (remediation/aggregator_client.py)
+_.binary_location  # Selenium ChromeOptions: which Chromium binary to start (bench/fleet_page.py)
 _.do_GET  # http.server dispatches GET to do_GET (agent/http.py)
 _.do_POST  # http.server dispatches POST to do_POST (sim/scenario/receiver.py)
 _.log_message  # http.server's access log, silenced (agent/http.py, sim/scenario/receiver.py)
@@ -110,6 +112,9 @@ _.enable  # sim.kube controller manager: switch a controller on (sim/README.md)
 _.disable  # sim.kube controller manager: switch a controller off
 _.running_nomad_sim  # emulated Nomad API for tests (sim/README.md)
 _.create_token  # NomadSim: an ACL token for a policy (sim/README.md)
+_.issue  # the emulators mint identities: pod-bound tokens (sim/kube), task identities (sim/nomad)
+_.revoke  # sim/kube: a revoked ServiceAccount token (TokenReview answers unauthenticated)
+_.reviews  # sim/kube: how many TokenReviews were asked (the aggregator caches them; tests)
 _.open_queries  # NomadApp: blocking queries waiting now (tests)
 _.reboot_requests  # SimulatedNode: reboots requested (tests)
 

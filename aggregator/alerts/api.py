@@ -9,6 +9,9 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Path, Query, status
 
 from aggregator.alerts import outbox, silences
+from aggregator.auth.chain import Caller
+from aggregator.auth.dependencies import Access
+from aggregator.auth.principal import Role
 from aggregator.store.engine import Database
 from gpuhealth.core.alerts_api import AlertView, Delivery, Silence, SilenceCreate
 
@@ -20,11 +23,16 @@ def register(
     *,
     db: Database,
     now: Callable[[], datetime],
-    dependencies: list[Any],
+    access: Access,
+    audit: Callable[..., None],
     responses: dict[int | str, dict[str, Any]],
 ) -> None:
-    """Add ``/v1/alerts`` and ``/v1/silences``."""
+    """Add ``/v1/alerts`` and ``/v1/silences``: viewers read them, operators change them (audited)."""
     not_found: dict[int | str, dict[str, Any]] = {404: {"description": "No such object."}}
+    dependencies = [access.role(Role.VIEWER, "read alerts")]
+    operator_retries = access.role(Role.OPERATOR, "retry alert deliveries")
+    operator_silences = access.role(Role.OPERATOR, "silence alerts")
+    operator_unsilences = access.role(Role.OPERATOR, "end silences")
 
     @app.get(
         "/v1/alerts",
@@ -43,15 +51,16 @@ def register(
     @app.post(
         "/v1/alerts/deliveries/{delivery_id}/retry",
         response_model=Delivery,
-        dependencies=dependencies,
         responses=responses | not_found,
         tags=["alerts"],
     )
-    def retry_delivery(delivery_id: IdPath) -> Delivery:
-        """Send a dead-lettered delivery again now, with a fresh attempt count."""
+    def retry_delivery(delivery_id: IdPath, caller: Caller = operator_retries) -> Delivery:
+        """Send a dead-lettered delivery again now, with a fresh attempt count (operator)."""
         try:
             with db.write() as conn:
-                return outbox.retry(conn, delivery_id, now())
+                delivery = outbox.retry(conn, delivery_id, now())
+                audit(conn, caller, "alert_retry", str(delivery_id))
+                return delivery
         except outbox.DeliveryNotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
 
@@ -67,30 +76,24 @@ def register(
         with db.read() as conn:
             return silences.list_silences(conn, now(), active_only=active)
 
-    @app.post(
-        "/v1/silences",
-        response_model=Silence,
-        status_code=201,
-        dependencies=dependencies,
-        responses=responses,
-        tags=["alerts"],
-    )
-    def post_silence(body: SilenceCreate) -> Silence:
-        """Mute alerts about a node, or every node whose labels match the selector, for a while."""
+    @app.post("/v1/silences", response_model=Silence, status_code=201, responses=responses, tags=["alerts"])
+    def post_silence(body: SilenceCreate, caller: Caller = operator_silences) -> Silence:
+        """Mute alerts about a node, or every node whose labels match the selector, for a while (operator)."""
         with db.write() as conn:
-            return silences.create(conn, body, now())
+            silence = silences.create(conn, body, now(), created_by=caller.principal.name)
+            target = body.node or ",".join(f"{key}={value}" for key, value in sorted(body.selector.items()))
+            audit(conn, caller, "silence", target[:253], {"silence": silence.id, "reason": body.reason})
+            return silence
 
     @app.delete(
-        "/v1/silences/{silence_id}",
-        response_model=Silence,
-        dependencies=dependencies,
-        responses=responses | not_found,
-        tags=["alerts"],
+        "/v1/silences/{silence_id}", response_model=Silence, responses=responses | not_found, tags=["alerts"]
     )
-    def delete_silence(silence_id: IdPath) -> Silence:
-        """End a silence now (idempotent)."""
+    def delete_silence(silence_id: IdPath, caller: Caller = operator_unsilences) -> Silence:
+        """End a silence now (idempotent; operator)."""
         try:
             with db.write() as conn:
-                return silences.remove(conn, silence_id, now())
+                silence = silences.remove(conn, silence_id, now())
+                audit(conn, caller, "silence_remove", str(silence_id))
+                return silence
         except silences.SilenceNotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc

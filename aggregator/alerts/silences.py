@@ -24,15 +24,15 @@ def _active(now: datetime) -> Any:
     return (silences.c.removed_at.is_(None)) & (silences.c.starts_at <= now) & (silences.c.ends_at > now)
 
 
-def create(conn: Connection, body: SilenceCreate, now: datetime) -> Silence:
-    """Store a silence starting now."""
+def create(conn: Connection, body: SilenceCreate, now: datetime, *, created_by: str) -> Silence:
+    """Store a silence starting now; ``created_by`` is the authenticated caller (the body's is ignored)."""
     silence_id = conn.execute(
         silences.insert()
         .values(
             node=body.node,
             selector=dict(body.selector),
             reason=body.reason,
-            created_by=body.created_by,
+            created_by=created_by,
             starts_at=now,
             ends_at=body.ends_at(now),
         )

@@ -17,8 +17,12 @@ from aggregator.store.tables import nodes
 from gpuhealth.core.aggregator_api import DiagRequest, NodeRequest
 
 
-def request_diag(conn: Connection, node: str, body: DiagRequest, now: datetime) -> NodeRequest:
-    """Queue a diagnostic for the node's agent (superseding a pending one); UnknownNode if never seen."""
+def request_diag(
+    conn: Connection, node: str, body: DiagRequest, now: datetime, *, requested_by: str
+) -> NodeRequest:
+    """Queue a diagnostic for the node's agent (superseding a pending one); UnknownNode if never seen.
+
+    ``requested_by`` is the authenticated caller; the body's field is ignored."""
     known = conn.execute(select(nodes.c.name).where(nodes.c.name == node).with_for_update()).first()
     if known is None:
         raise UnknownNode(f"node {node} has never reported to this aggregator")
@@ -27,7 +31,7 @@ def request_diag(conn: Connection, node: str, body: DiagRequest, now: datetime) 
         node,
         kind="diag",
         reason=body.reason,
-        requested_by=body.requested_by,
+        requested_by=requested_by,
         now=now,
         params={"level": body.level, "force": body.force},
     )

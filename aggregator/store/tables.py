@@ -69,6 +69,12 @@ nodes = Table(
         "stale_at", UtcDateTime, nullable=False, comment="last_report_at + stale_after_intervals * interval"
     ),
     Column("last_seq", BigInteger, nullable=False),
+    Column(
+        "epoch",
+        String(64),
+        nullable=True,
+        comment="the agent's sequence epoch; a new one resets last_seq (0004)",
+    ),
     Column("reports_accepted", BigInteger, nullable=False),
     Column("incident_id", String(128), nullable=True),
     Column("hold", Text, nullable=True, comment="why a human must release the node; null when not held"),
@@ -206,3 +212,21 @@ silences = Table(
     Column("removed_at", UtcDateTime, nullable=True),
 )
 Index("ix_silences_ends_at", silences.c.ends_at)
+
+# --- audit (migration 0004) ----------------------------------------------------------------------------
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("at", UtcDateTime, nullable=False),
+    Column("actor", String(128), nullable=False, comment="the authenticated principal's name"),
+    Column("role", String(16), nullable=False),
+    Column("method", String(32), nullable=False, comment="how the actor authenticated"),
+    Column("action", String(64), nullable=False),
+    Column("target", String(253), nullable=True, comment="node name or object id acted on"),
+    Column("client", String(64), nullable=False, comment="the client address the request came from"),
+    Column("details", JSON, nullable=False),
+)
+Index("ix_audit_at", audit.c.at)
+Index("ix_audit_actor_at", audit.c.actor, audit.c.at)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuhealth.cli.fleet_cmd import _client, _common_options, _print_json, _who
+from gpuhealth.cli.fleet_cmd import _client, _common_options, _print_json
 
 LEVELS = (1, 2, 3, 4)
 
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     diag.add_argument("--force", action="store_true", help="run even while pods on the node use its GPUs")
     diag.add_argument("--reason", default=None, help="why (recorded in the history)")
-    diag.add_argument("--by", default=None, help="who asks (default: your user name)")
+    diag.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     diag.set_defaults(handler=run_diag)
 
 
@@ -39,9 +39,7 @@ def run_diag(args: argparse.Namespace) -> int:
     """``gpuhealth diag NODE --level N [--force]``."""
     reason = args.reason or f"deep diagnostic level {args.level}"
     with _client(args) as client:
-        request = client.diag(
-            args.name, level=args.level, force=args.force, reason=reason, requested_by=_who(args)
-        )
+        request = client.diag(args.name, level=args.level, force=args.force, reason=reason)
     if args.json:
         _print_json(request)
         return 0

@@ -10,7 +10,6 @@ aggregator or a refused token is one line on stderr and exit 1.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import re
@@ -70,19 +69,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     quarantine.add_argument("name", metavar="NODE")
     quarantine.add_argument("--reason", required=True, help="why (recorded in the history)")
-    quarantine.add_argument("--by", default=None, help="who asks (default: your user name)")
+    quarantine.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     quarantine.set_defaults(handler=run_quarantine)
 
     release = subparsers.add_parser("release", parents=[common], help="ask a node's agent to release it")
     release.add_argument("name", metavar="NODE")
     release.add_argument("--reason", default="released by a human", help="why (recorded in the history)")
-    release.add_argument("--by", default=None, help="who asks (default: your user name)")
+    release.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     release.set_defaults(handler=run_release)
 
     breaker = subparsers.add_parser("breaker", parents=[common], help="the fleet circuit breaker")
     breaker.add_argument("operation", nargs="?", choices=["status", "reset"], default="status")
     breaker.add_argument("--reason", default="", help="why it is being reset (recorded)")
-    breaker.add_argument("--by", default=None, help="who resets it (default: your user name)")
+    breaker.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     breaker.set_defaults(handler=run_breaker)
     _register_alert_commands(subparsers, common)
 
@@ -105,7 +104,7 @@ def _register_alert_commands(
     )
     silence.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d")
     silence.add_argument("--reason", help="why (shown with the silence)")
-    silence.add_argument("--by", default=None, help="who silences (default: your user name)")
+    silence.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     silence.add_argument("--list", action="store_true", help="list the active silences")
     silence.add_argument("--remove", type=int, metavar="ID", help="end this silence now")
     silence.set_defaults(handler=run_silence)
@@ -175,15 +174,6 @@ def _print_json(value: BaseModel | list[Any]) -> None:
 
     data = TypeAdapter(type(value)).dump_json(value, indent=2, by_alias=True)
     sys.stdout.write(data.decode() + "\n")
-
-
-def _who(args: argparse.Namespace) -> str:
-    if args.by:
-        return str(args.by)
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -275,9 +265,7 @@ def _silence_body(args: argparse.Namespace) -> Any:
     now = _now()
     seconds = (now - parse_since(args.duration, now)).total_seconds()
     try:
-        return SilenceCreate(
-            node=args.name, selector=selector, duration_s=seconds, reason=args.reason, created_by=_who(args)
-        )
+        return SilenceCreate(node=args.name, selector=selector, duration_s=seconds, reason=args.reason)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -315,14 +303,14 @@ def run_events(args: argparse.Namespace) -> int:
 def run_quarantine(args: argparse.Namespace) -> int:
     """``gpuhealth quarantine NODE --reason TEXT``."""
     with _client(args) as client:
-        request = client.quarantine(args.name, reason=args.reason, requested_by=_who(args))
+        request = client.quarantine(args.name, reason=args.reason)
     return _print_request(args, request)
 
 
 def run_release(args: argparse.Namespace) -> int:
     """``gpuhealth release NODE``."""
     with _client(args) as client:
-        request = client.release(args.name, reason=args.reason, requested_by=_who(args))
+        request = client.release(args.name, reason=args.reason)
     return _print_request(args, request)
 
 
@@ -338,7 +326,7 @@ def run_breaker(args: argparse.Namespace) -> int:
     """``gpuhealth breaker [status|reset]``."""
     with _client(args) as client:
         if args.operation == "reset":
-            status = client.breaker_reset(requested_by=_who(args), reason=args.reason)
+            status = client.breaker_reset(reason=args.reason)
         else:
             status = client.breaker_status()
     if args.json:

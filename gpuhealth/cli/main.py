@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuhealth.cli import (
         agent_cmd,
         aggregator_cmd,
+        audit_cmd,
         check_cmd,
         demo_cmd,
         diag_cmd,
@@ -58,7 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser),
     )
-    commands = (check_cmd, snapshot_cmd, agent_cmd, fleet_cmd, diag_cmd, aggregator_cmd, demo_cmd, sim_cmd)
+    commands = (
+        check_cmd,
+        snapshot_cmd,
+        agent_cmd,
+        fleet_cmd,
+        diag_cmd,
+        audit_cmd,
+        aggregator_cmd,
+        demo_cmd,
+        sim_cmd,
+    )
     for module in commands:
         module.register(subparsers)
     return parser

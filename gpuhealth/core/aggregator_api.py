@@ -142,6 +142,11 @@ class Report(_Body):
     seq: Annotated[int, Field(ge=0, le=MAX_SEQ)] = Field(
         description="Per-node sequence number, increasing with every new report (a retry repeats it)."
     )
+    epoch: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")] | None = Field(
+        default=None,
+        description="The agent's sequence epoch (its boot id, or a fresh one after a sequence conflict): "
+        "a report of a new epoch starts the node's sequence afresh.",
+    )
     sent_at: WireTime
     interval_s: Annotated[float, Field(ge=1, le=86_400)] | None = Field(
         default=None, description="The agent's report interval; staleness is judged against it."
@@ -199,7 +204,15 @@ class ReportAck(_Wire):
     node: str
     seq: int
     accepted: bool = Field(
-        description="False when this (node, seq) was already accepted: a retry, not counted."
+        description="False when the report did not count: a retry of one already accepted, or refused."
+    )
+    last_seq: int | None = Field(
+        default=None, description="The node's last accepted seq in its current epoch (after this report)."
+    )
+    refused: str | None = Field(
+        default=None,
+        description="Why the report was refused (e.g. a seq too far ahead); null for accepted reports and "
+        "retries. An agent starts a new epoch when refused or when last_seq is above what it sent.",
     )
     pending_requests: list[NodeRequest] = Field(default_factory=list)
     hold: str | None = Field(
@@ -207,11 +220,18 @@ class ReportAck(_Wire):
     )
 
 
+IGNORED_REQUESTER = (
+    "Ignored (kept so older clients still work): the aggregator records the authenticated caller."
+)
+
+
 class ManualRequest(_Body):
     """Body of ``POST /v1/nodes/{node}/quarantine`` and ``.../release``."""
 
     reason: Annotated[str, Field(min_length=1, max_length=1000)]
-    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+    requested_by: Annotated[str, Field(max_length=128)] | None = Field(
+        default=None, description=IGNORED_REQUESTER
+    )
 
 
 class DiagRequest(_Body):
@@ -220,7 +240,9 @@ class DiagRequest(_Body):
     level: Annotated[int, Field(ge=1, le=4)] = Field(default=1, description="dcgmi diag level (1-4).")
     force: bool = Field(default=False, description="Run even while pods on the node use its GPUs.")
     reason: Annotated[str, Field(min_length=1, max_length=1000)] = "requested by on-call"
-    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+    requested_by: Annotated[str, Field(max_length=128)] | None = Field(
+        default=None, description=IGNORED_REQUESTER
+    )
 
 
 class PermitRequest(_Body):
@@ -275,9 +297,11 @@ class BreakerStatus(_Wire):
 
 
 class BreakerReset(_Body):
-    """Body of ``POST /v1/breaker/reset``: who closes the breaker, and why."""
+    """Body of ``POST /v1/breaker/reset``: why the breaker is closed (who: the authenticated caller)."""
 
-    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "unknown"
+    requested_by: Annotated[str, Field(max_length=128)] | None = Field(
+        default=None, description=IGNORED_REQUESTER
+    )
     reason: Annotated[str, Field(max_length=1000)] = ""
 
 
@@ -363,6 +387,29 @@ class FleetSummary(_Wire):
     budget: BudgetStatus
 
 
+class AuditEntry(_Wire):
+    """One mutating call: who (the authenticated principal), in which role, did what, to what, from where."""
+
+    id: int
+    at: datetime
+    actor: str
+    role: str
+    method: str = Field(description="How the actor authenticated: token_file, shared_token or anonymous.")
+    action: str
+    target: str | None
+    client: str = Field(description="The client address the call came from.")
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class NodeForgotten(_Wire):
+    """The answer to ``DELETE /v1/nodes/{node}``: what was removed with the node."""
+
+    node: str
+    incidents: int
+    permits: int
+    requests: int
+
+
 class ProblemDetail(_Wire):
     """Body of every 4xx answer other than FastAPI's own 422."""
 
@@ -380,3 +427,11 @@ class GridNode(_Wire):
         description="One letter per GPU by index, its worst status: o ok, w warn, f fail, u unknown."
     )
     incident_id: str | None = None
+
+
+class WhoAmI(_Wire):
+    """The caller as the aggregator authenticated it (``GET /v1/whoami``)."""
+
+    name: str
+    role: str = Field(description="agent, viewer, operator or admin.")
+    node: str | None = Field(default=None, description="For an agent: the only node it may act for.")

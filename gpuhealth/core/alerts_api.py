@@ -58,7 +58,11 @@ class SilenceCreate(BaseModel):
     selector: dict[str, str] = Field(default_factory=dict, max_length=32)
     duration_s: float = Field(gt=0, le=MAX_SILENCE_S, description="How long, from now.")
     reason: str = Field(min_length=1, max_length=1000)
-    created_by: str = Field(min_length=1, max_length=128)
+    created_by: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Ignored (kept for older clients): the aggregator records the authenticated caller.",
+    )
 
     @model_validator(mode="after")
     def _node_or_selector(self) -> SilenceCreate:

@@ -32,6 +32,7 @@ from sim.kube.protocols import Controller, KubeObject
 from sim.kube.resources import CustomResource, ResourceRegistry
 from sim.kube.server import ApiServer, KubeApp
 from sim.kube.store import MemoryStore
+from sim.kube.token_review import TokenReviewer
 from sim.kube.watch import WatchHub
 
 if TYPE_CHECKING:
@@ -154,7 +155,8 @@ class KubeSim:
         )
         self.api = KubeApi(self.store, server_removes_pods=self._no_kubelet)
         self.hub = WatchHub(bookmark_interval_s)
-        self.server = ApiServer(KubeApp(self.api, self.faults, self.hub), port=port)
+        self.token_reviews = TokenReviewer()  # issue ServiceAccount tokens the API server then reviews
+        self.server = ApiServer(KubeApp(self.api, self.faults, self.hub, self.token_reviews), port=port)
         self.faults.bind_listener(self.server.stop, self.server.start)
         self._initial_nodes = nodes
         self._started = False

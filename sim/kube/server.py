@@ -30,6 +30,7 @@ from sim.kube.resources import (
     api_versions_document,
 )
 from sim.kube.store import dumps
+from sim.kube.token_review import TokenReviewer
 from sim.kube.watch import DEFAULT_WATCH_TIMEOUT_S, WatchHub, WatchRequest, watch_stream
 
 log = structlog.get_logger(__name__)
@@ -40,6 +41,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 KUBERNETES_VERSION = {"major": "1", "minor": "37"}
+_TOKEN_REVIEWS = ["apis", "authentication.k8s.io", "v1", "tokenreviews"]
 _TRUE = ("true", "1")
 
 
@@ -99,8 +101,11 @@ _VERB_BY_METHOD = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 class KubeApp:
     """The ASGI application."""
 
-    def __init__(self, api: KubeApi, faults: FaultInjector, hub: WatchHub) -> None:
+    def __init__(
+        self, api: KubeApi, faults: FaultInjector, hub: WatchHub, token_reviewer: TokenReviewer | None = None
+    ) -> None:
         self.api = api
+        self.token_reviewer = token_reviewer or TokenReviewer()
         self.registry: ResourceRegistry = api.store.registry
         self.faults = faults
         self.hub = hub
@@ -121,6 +126,9 @@ class KubeApp:
 
     async def _handle(self, request: Request) -> Response:
         segments = [s for s in request.url.path.split("/") if s]
+        if segments == _TOKEN_REVIEWS and request.method == "POST":
+            review = self.token_reviewer.review(parse_json_body(await request.body()))
+            return Response(dumps(review), status_code=201, media_type="application/json")
         fixed = self._fixed_path(segments)
         if fixed is not None:
             if request.method != "GET":

@@ -35,6 +35,7 @@ from sim.nomad.model import (
     node_stub,
 )
 from sim.nomad.state import NomadState, is_live
+from sim.nomad.workload_identity import WorkloadIdentities
 
 _TRUE = ("true", "1")
 
@@ -56,10 +57,17 @@ def _refuse_filter(call: Call) -> None:
 class Endpoints:
     """Handlers bound to one store and ACL table."""
 
-    def __init__(self, state: NomadState, acl: Acl, server_address: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        state: NomadState,
+        acl: Acl,
+        server_address: Callable[[], str],
+        identities: WorkloadIdentities | None = None,
+    ) -> None:
         self.state = state
         self.acl = acl
         self._server_address = server_address
+        self.identities = identities or WorkloadIdentities()
 
     def routes(self) -> list[Route]:
         """Every served route."""
@@ -84,6 +92,8 @@ class Endpoints:
             Route("GET", "/v1/agent/self", self.agent_self, plain),
             Route("GET", "/v1/status/leader", lambda call: "127.0.0.1:4647", plain),
             Route("GET", "/v1/regions", lambda call: [REGION], plain),
+            # Public, as on a real server: the keys that verify workload identities.
+            Route("GET", "/.well-known/jwks.json", lambda call: self.identities.jwks(), plain),
             Route("POST", "/v1/acl/bootstrap", self.acl_bootstrap, plain),
             Route("GET", "/v1/acl/policies", self.acl_policies, plain),
             Route("GET", "/v1/acl/policy/:name", self.acl_read_policy, plain),

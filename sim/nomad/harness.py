@@ -32,6 +32,7 @@ from sim.nomad.model import JsonDict, node_names
 from sim.nomad.scheduler import SchedulerLoop
 from sim.nomad.server import HttpServer
 from sim.nomad.state import NomadState, is_live
+from sim.nomad.workload_identity import WorkloadIdentities
 
 if TYPE_CHECKING:
     import nomad
@@ -66,7 +67,9 @@ class NomadSim:
         if acl:
             self.management_token = self.acl.bootstrap(self.clock.now(), self.state.index()).secret_id
         self.faults = FaultInjector(self.clock)
-        endpoints = Endpoints(self.state, self.acl, lambda: self.address)
+        # Signs tasks' JWTs; its public keys are served at /.well-known/jwks.json.
+        self.workload_identities = WorkloadIdentities()
+        endpoints = Endpoints(self.state, self.acl, lambda: self.address, self.workload_identities)
         self.app = NomadApp(self.state, self.acl, self.faults, endpoints.routes())
         self.server = HttpServer(self.app, port=port, on_start=self.app.open, on_stop=self.app.close)
         self.faults.bind_listener(self.server.stop, self.server.start)

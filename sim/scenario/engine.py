@@ -6,7 +6,6 @@ Nothing here names an orchestrator's objects: :mod:`sim.scenario.orchestrator` i
 
 from __future__ import annotations
 
-import secrets
 import tempfile
 import threading
 import time
@@ -29,6 +28,7 @@ from sim.scenario.agents import (
 )
 from sim.scenario.expectations import Look, World, expected_text, look_safely
 from sim.scenario.faults import apply_gpu_fault, describe_fault
+from sim.scenario.identities import DemoIdentities
 from sim.scenario.kube_orchestrator import KubernetesOrchestrator
 from sim.scenario.model import (
     AggregatorOutageFault,
@@ -125,16 +125,17 @@ def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuhealth-demo-")))
         receiver = AlertReceiver().start()
         stack.callback(receiver.stop)
-        aggregator = _start_aggregator(scenario, workdir, receiver)
-        stack.callback(aggregator.stop)
-        # The demo's token is made for this run and dies with it; the fragment never reaches a server log.
-        page_url = f"{aggregator.url}/ui/#token={aggregator.token}"
-        observer.progress(f"{FLEET_PAGE_PREFIX}{page_url}")
         orchestrator = orchestrator_for(scenario)
         stack.callback(orchestrator.stop)
         observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
         names = orchestrator.start(scenario.fleet.nodes, scenario.fleet.gpus_per_node)
-        fleet = _start_fleet(scenario, orchestrator, names, aggregator, workdir, observer)
+        identities = DemoIdentities.fresh(names)
+        aggregator = _start_aggregator(scenario, workdir, receiver, identities)
+        stack.callback(aggregator.stop)
+        # The demo's admin token is made for this run and dies with it; a fragment never reaches a server log.
+        page_url = f"{aggregator.url}/ui/#token={identities.admin_token}"
+        observer.progress(f"{FLEET_PAGE_PREFIX}{page_url}")
+        fleet = _start_fleet(scenario, orchestrator, names, aggregator, workdir, observer, identities)
         stack.callback(fleet.stop)
         observer.progress("starting the workloads")
         try:
@@ -144,7 +145,7 @@ def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0)
         startup_s = time.monotonic() - began
         slower = f" {scale:g} times slower (a large fleet polls less often)" if scale != 1 else ""
         observer.progress(f"fleet up in {startup_s:.1f} s; playing {scenario.name!r}{slower}")
-        with aggregator.client() as client:
+        with aggregator.client(identities.admin_token) as client:
             world = World(orchestrator, client, receiver, TargetResolver(orchestrator, len(names)))
             nodes = {n.name: n for n in fleet.nodes}
             player = _Player(scenario, world, nodes, aggregator, observer, look_every_s=look_interval(scale))
@@ -186,7 +187,9 @@ def look_interval(scale: float) -> float:
     return min(LOOK_EVERY_S * scale, max(LOOK_EVERY_S, SLOWEST_LOOK_EVERY_S))
 
 
-def _start_aggregator(scenario: Scenario, workdir: Path, receiver: AlertReceiver) -> AggregatorServer:
+def _start_aggregator(
+    scenario: Scenario, workdir: Path, receiver: AlertReceiver, identities: DemoIdentities
+) -> AggregatorServer:
     knobs = scenario.fleet.aggregator
     sink = {
         "name": "demo-receiver",
@@ -199,7 +202,8 @@ def _start_aggregator(scenario: Scenario, workdir: Path, receiver: AlertReceiver
     }
     server = AggregatorServer(
         workdir / "aggregator.db",
-        secrets.token_urlsafe(24),
+        None,  # no shared token: each agent has its own, the on-call side an admin's
+        token_file=identities.write_token_file(workdir / "tokens.json"),
         sqlite_synchronous="NORMAL",  # a throw-away database: a crash loses nothing that matters
         alert_sinks=[sink],
         **{**knobs.model_dump(), "stale_after_intervals": stale_after_intervals(scenario)},
@@ -227,10 +231,9 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
     aggregator: AggregatorServer,
     workdir: Path,
     observer: Observer,
+    identities: DemoIdentities,
 ) -> RunningFleet:
-    token_file = workdir / "token"
-    token_file.write_text(aggregator.token, encoding="utf-8")
-    token_file.chmod(0o600)
+    token_files = identities.write_agent_tokens(workdir / "agent-tokens")
     state_root = workdir / "agents"
     step = max(len(names) // 10, 1)
 
@@ -245,23 +248,23 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
         orchestrator,
         scenario.fleet,
         names,
-        lambda name: agent_settings(scenario.fleet, name, state_root, aggregator.url, token_file),
+        lambda name: agent_settings(scenario.fleet, name, state_root, aggregator.url, token_files[name]),
         every_tenth("agents started"),
     )
     try:
         timeout_s = max(READY_TIMEOUT_S, READY_S_PER_NODE * len(names))
         wait_ready(fleet.nodes, timeout_s, every_tenth("agents ready"))
-        _wait_known(aggregator, len(names), timeout_s)
+        _wait_known(aggregator, identities.admin_token, len(names), timeout_s)
     except TimeoutError as exc:
         fleet.stop()
         raise ScenarioRunError(str(exc)) from None
     return fleet
 
 
-def _wait_known(aggregator: AggregatorServer, count: int, timeout_s: float) -> None:
+def _wait_known(aggregator: AggregatorServer, token: str, count: int, timeout_s: float) -> None:
     """Until the aggregator has a report from every node (the breaker's and budget's denominator)."""
     deadline = time.monotonic() + timeout_s
-    with aggregator.client() as client:
+    with aggregator.client(token) as client:
         while client.summary().nodes < count:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the aggregator heard from fewer than {count} nodes")

@@ -107,7 +107,7 @@ def test_quarantine_then_release_reach_the_nodes_agent(aggregator: LiveAggregato
     assert "quarantine of node-2 requested" in result.stdout
     pending = httpx.get(f"{aggregator.url}/v1/nodes/node-2/requests", headers=AUTH).json()
     assert [(p["kind"], p["requested_by"], p["reason"]) for p in pending] == [
-        ("quarantine", "oncall", "flaky NVLink")
+        ("quarantine", "shared-token", "flaky NVLink")  # the authenticated caller, not $USER
     ]
 
     odd = gpuhealth("quarantine", "node-2", "--reason", "bad [/] link [red]", url=aggregator.url)
@@ -133,7 +133,7 @@ def test_breaker_reset_closes_it_and_is_recorded(aggregator: LiveAggregator) -> 
         json.loads(gpuhealth("breaker", "status", "--json", url=aggregator.url).stdout)["state"] == "closed"
     )
     events = json.loads(gpuhealth("events", "--json", url=aggregator.url).stdout)
-    assert any(e["kind"] == "breaker_reset" and "oncall" in e["message"] for e in events)
+    assert any(e["kind"] == "breaker_reset" and "shared-token" in e["message"] for e in events)
 
 
 def test_wrong_token_is_one_line_and_exit_1(aggregator: LiveAggregator) -> None:

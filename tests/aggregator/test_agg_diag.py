@@ -48,7 +48,7 @@ def test_diag_request_reaches_the_agent_with_its_level_and_force(client: TestCli
     assert client.post("/v1/reports", json=done, headers=AUTH).json()["pending_requests"] == []
     timeline = client.get("/v1/nodes/node-1", headers=AUTH).json()["timeline"]
     messages = [event["message"] for event in timeline]
-    assert "diag requested by alice: suspect HBM" in messages
+    assert "diag requested by shared-token: suspect HBM" in messages  # the caller, not the body's name
     assert any(m.startswith("diag ok: dcgmi diag level 3") and "912 s" in m for m in messages)
 
 
@@ -92,7 +92,7 @@ def test_gpuhealth_diag_queues_the_request_and_names_where_the_result_shows(
     assert "gpuhealth node node-2" in result.stdout
     pending = httpx.get(f"{live.url}/v1/nodes/node-2/requests", headers=AUTH).json()
     assert [(p["kind"], p["level"], p["force"], p["requested_by"]) for p in pending] == [
-        ("diag", 2, True, "oncall")
+        ("diag", 2, True, "shared-token")
     ]
 
     as_json = json.loads(gpuhealth("diag", "node-2", "--json", url=live.url).stdout)

@@ -106,7 +106,8 @@ def test_manual_quarantine_reaches_the_agent_until_it_acknowledges(client: TestC
 
     ack = post(client, report("node-1", 2))
     assert [(r["id"], r["kind"]) for r in ack["pending_requests"]] == [(request_id, "quarantine")]
-    assert ack["hold"] == "quarantined by ana: flaky NVLink"
+    # Recorded as the authenticated caller, whatever the body claims.
+    assert ack["hold"] == "quarantined by shared-token: flaky NVLink"
     assert client.get("/v1/nodes/node-1/requests", headers=AUTH).json()[0]["reason"] == "flaky NVLink"
 
     applied = post(client, report("node-1", 3, "quarantined", acknowledged=[request_id]))

@@ -46,7 +46,7 @@ def test_environment_overrides_the_file_and_arguments_override_both(tmp_path: Pa
 
 
 def test_bad_settings_are_one_line_errors(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="no API token"):
+    with pytest.raises(SettingsError, match="no identities"):
         load_settings(environ={})
     with pytest.raises(SettingsError, match="invalid aggregator setting port"):
         load_settings(environ={"GPUHEALTH_AGGREGATOR_PORT": "eighty"}, token="t")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from live_aggregator import LiveAggregator
 from repo_paths import DOCS
 from waiting import HANG_GUARD_S, wait_until
@@ -26,6 +27,7 @@ from gpuhealth.core.clock import ManualClock, RealClock, utc_now
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.plan import RemediationPolicy
 from sim.kube.harness import KubeSim, running_kube_sim
+from tests.aggregator.identities import Identity
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402 - after the skip above
@@ -35,6 +37,8 @@ TOKEN = "fleet-page-token-0123456789abcdef0123456789"
 NODES = ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
 FAULTED = "gpu-node-2"
 SCREENSHOT = DOCS / "images" / "fleet-page.png"
+VIEWER = Identity("vera", "viewer")
+OPERATOR = Identity("olga", "operator")
 
 
 def browser_paths() -> tuple[str, str]:
@@ -122,7 +126,12 @@ class Fleet:
 def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
     monkeypatch.setenv("GPUHEALTH_AGGREGATOR_TOKEN", TOKEN)
     with running_kube_sim(clock=RealClock(), nodes=len(NODES), bookmark_interval_s=0.2) as kube:
-        aggregator = LiveAggregator(tmp_path / "aggregator.db", ManualClock(start=utc_now()), TOKEN).start()
+        token_file = tmp_path / "tokens.yaml"
+        token_file.write_text(
+            yaml.safe_dump({"tokens": [VIEWER.entry(), OPERATOR.entry()]}), encoding="utf-8"
+        )
+        clock = ManualClock(start=utc_now())
+        aggregator = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, token_file=token_file).start()
         built = Fleet(kube, aggregator, tmp_path / "state")
         try:
             yield built
@@ -131,11 +140,11 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
             aggregator.stop()
 
 
-def signed_in(browser: object, url: str) -> None:
-    """Open the page at a one-second poll and sign in with the token."""
+def signed_in(browser: object, url: str, token: str = TOKEN) -> None:
+    """Open the page at a one-second poll and sign in with ``token``."""
     browser.get(f"{url}/ui/?interval=1")  # type: ignore[attr-defined]
     field = browser.find_element(By.ID, "token")  # type: ignore[attr-defined]
-    field.send_keys(TOKEN)
+    field.send_keys(token)
     browser.find_element(By.CSS_SELECTOR, "#login-form button").click()  # type: ignore[attr-defined]
 
 
@@ -225,8 +234,9 @@ def test_a_fault_turns_the_node_red_and_its_timeline_grows_as_the_drain_proceeds
 @pytest.mark.slow
 def test_an_operator_quarantines_and_releases_a_node_from_its_page(browser: object, fleet: Fleet) -> None:
     node = "gpu-node-1"
-    signed_in(browser, fleet.aggregator.url)
+    signed_in(browser, fleet.aggregator.url, OPERATOR.token)
     assert wait_until(lambda: tile_state(browser, node) == "healthy")
+    assert wait_until(lambda: text_of(browser, "who") == "olga (operator)"), text_of(browser, "who")
     browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{node}")  # type: ignore[attr-defined]
     page(browser, "window.prompt = () => 'bad fan, checking';")
     assert wait_until(lambda: click(browser, "action-quarantine")), "no quarantine button for an operator"
@@ -246,3 +256,28 @@ def test_an_operator_quarantines_and_releases_a_node_from_its_page(browser: obje
     assert wait_until(lambda: fleet.shows(node, "healthy", browser), interval=0.3), text_of(
         browser, "node-title"
     )
+
+
+@pytest.mark.slow
+def test_a_viewer_sees_the_fleet_but_no_operator_button_and_the_api_refuses_them(
+    browser: object, fleet: Fleet
+) -> None:
+    node = "gpu-node-3"
+    signed_in(browser, fleet.aggregator.url, VIEWER.token)
+    assert wait_until(lambda: tile_state(browser, node) == "healthy")
+    assert wait_until(lambda: text_of(browser, "who") == "vera (viewer)"), text_of(browser, "who")
+    browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{node}")  # type: ignore[attr-defined]
+    assert wait_until(lambda: "Viewers cannot" in text_of(browser, "node-actions")), text_of(
+        browser, "node-actions"
+    )
+    assert not click(browser, "action-quarantine")
+    # Not only hidden: the API refuses the viewer's token whatever the page does.
+    status = browser.execute_async_script(  # type: ignore[attr-defined]
+        "const done = arguments[arguments.length - 1];"
+        "fetch(`/v1/nodes/${arguments[0]}/quarantine`, {method: 'POST', headers: {"
+        "'Authorization': `Bearer ${sessionStorage.getItem('gpuhealth-token')}`,"
+        "'Content-Type': 'application/json'}, body: JSON.stringify({reason: 'no'})})"
+        ".then((answer) => done(answer.status));",
+        node,
+    )
+    assert status == 403

@@ -114,7 +114,11 @@ def test_the_image_tree_installs_every_package_and_nothing_else(image_prefix: Pa
     assert installed == {"gpuhealth", "agent", "checks", "remediation", "aggregator", "sim", "bin"}
     assert (image_prefix / "bin" / "gpuhealth").is_file()  # the entry point
     assert (image_prefix / "aggregator" / "migrations" / "versions").is_dir()
-    assert {p.name for p in (image_prefix / "aggregator" / "ui").iterdir()} >= {"index.html", "app.js", "app.css"}
+    assert {p.name for p in (image_prefix / "aggregator" / "ui").iterdir()} >= {
+        "index.html",
+        "app.js",
+        "app.css",
+    }
     assert not (image_prefix / "tests").exists()
 
 

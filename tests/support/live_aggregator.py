@@ -14,7 +14,7 @@ __all__ = ["LiveAggregator", "free_port"]
 class LiveAggregator(AggregatorServer):
     """An :class:`AggregatorServer` whose clock is the test's :class:`ManualClock`."""
 
-    def __init__(self, database: Path, clock: ManualClock, token: str, **settings: object) -> None:
+    def __init__(self, database: Path, clock: ManualClock, token: str | None, **settings: object) -> None:
         super().__init__(database, token, now=clock.now, **settings)
 
     def start(self) -> LiveAggregator:

@@ -124,7 +124,7 @@ def diag_entries(oncall: AggregatorClient) -> list[str]:
 
 
 def ask(oncall: AggregatorClient, *, level: int = 1, force: bool = False) -> int:
-    return oncall.diag(NODE, level=level, force=force, reason="suspect HBM", requested_by="alice").id
+    return oncall.diag(NODE, level=level, force=force, reason="suspect HBM").id
 
 
 def test_on_demand_diag_on_an_idle_node_tests_it_tainted_then_releases_it_after_a_pass(
@@ -154,8 +154,9 @@ def test_on_demand_diag_on_an_idle_node_tests_it_tainted_then_releases_it_after_
     assert node.pending_requests == []
     assert request_id not in [r.id for r in oncall.pending_requests(NODE)]
     started, passed = diag_entries(oncall)
-    assert started == "diag ok: dcgmi diag level 2 (requested by alice) started"
-    assert passed.startswith("diag ok: dcgmi diag level 2 (requested by alice) passed in ")
+    # Recorded as the caller the aggregator authenticated (this scenario's shared token), not a name sent along.
+    assert started == "diag ok: dcgmi diag level 2 (requested by shared-token) started"
+    assert passed.startswith("diag ok: dcgmi diag level 2 (requested by shared-token) passed in ")
     assert " s: " in passed
     assert "pass" in passed.rsplit(": ", 1)[1]
     assert any("diag" in e.message for e in oncall.events(node=NODE, since="1d"))
@@ -220,7 +221,7 @@ def test_busy_node_refuses_the_request_with_the_reason_unless_forced(
     link(gpu_node).deliver()
     [refusal] = diag_entries(oncall)
     assert refusal == (
-        "diag skipped: dcgmi diag level 1 (requested by alice) refused: busy: 1 pod(s) use the GPUs: "
+        "diag skipped: dcgmi diag level 1 (requested by shared-token) refused: busy: 1 pod(s) use the GPUs: "
         "default/train-0 (use --force to run anyway)"
     )
 

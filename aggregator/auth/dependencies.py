@@ -1,0 +1,59 @@
+"""FastAPI glue: the dependency that resolves each request's caller, and per-route role requirements.
+
+No ``from __future__ import annotations`` here: the dependencies are closures, and FastAPI can only read
+their ``Annotated`` parameters if the annotations are evaluated where they are defined.
+"""
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from aggregator.auth.chain import AuthChain, Caller, NotAuthenticated
+from aggregator.auth.principal import Role
+from aggregator.auth.rules import require_role
+
+_bearer = HTTPBearer(
+    auto_error=False, description="A token from the token file (or the deprecated shared one)."
+)
+
+
+class Access:
+    """Builds the dependencies the routes declare: who the caller is, and which role a route needs."""
+
+    def __init__(self, chain: AuthChain) -> None:
+        self._chain = chain
+        self.caller: Callable[..., Caller] = self._caller_dependency()
+
+    def _caller_dependency(self) -> Callable[..., Caller]:
+        chain = self._chain
+
+        # Not async: an authenticator may ask another server (TokenReview), so FastAPI runs this in a thread.
+        def caller(
+            request: Request,
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        ) -> Caller:
+            client = request.client.host if request.client else "unknown"
+            try:
+                return chain.resolve(credentials.credentials if credentials else None, client)
+            except NotAuthenticated as exc:
+                raise HTTPException(
+                    status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
+                ) from exc
+
+        return caller
+
+    def authenticated(self) -> Any:
+        """Any authenticated caller; the route applies its own rule (agents' routes)."""
+        return Depends(self.caller)
+
+    def role(self, needed: Role, what: str) -> Any:
+        """A person (or automation) with ``needed`` or a higher role; ``what`` names the deed in refusals."""
+        caller_dependency = self.caller
+
+        async def with_role(caller: Annotated[Caller, Depends(caller_dependency)]) -> Caller:
+            require_role(caller.principal, needed, what)
+            return caller
+
+        return Depends(with_role)

@@ -1,0 +1,116 @@
+"""Agents authenticated by Kubernetes: the agent sends its projected ServiceAccount token (audience of our
+own), and the API server says, through a TokenReview, whose it is and on which node its pod runs.
+
+The aggregator calls the API server with its own credentials (its ServiceAccount token; it needs the
+``system:auth-delegator`` ClusterRole). A token is an agent's only if it is authenticated for our audience,
+belongs to one of the agent ServiceAccounts, and names a node (``authentication.kubernetes.io/node-name``,
+set for tokens bound to a pod); the agent may then act for that node only. Answers are cached briefly (by
+the token's hash), so a fleet's reports cost the API server a review per agent per minute, not per report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+
+from aggregator.auth.principal import AuthMethod, Principal, Role
+from aggregator.auth.token_file import token_sha256
+
+log = structlog.get_logger(__name__)
+
+TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"  # noqa: S105 - a path, not a secret
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+CACHE_TTL_S = 60.0
+NEGATIVE_CACHE_TTL_S = 10.0  # a wrong token is not reviewed again at once (no amplification)
+MAX_CACHED = 100_000
+
+
+class TokenReviewAuthenticator:
+    """Agents by TokenReview against the Kubernetes API server."""
+
+    def __init__(
+        self,
+        api_url: str,
+        credentials: Callable[[], str],
+        *,
+        audience: str,
+        service_accounts: list[str],
+        verify: str | bool = True,
+        timeout_s: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=api_url.rstrip("/"), verify=verify, timeout=timeout_s, transport=transport
+        )
+        self._credentials = credentials
+        self._audience = audience
+        self._service_accounts = frozenset(service_accounts)
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+
+    def authenticate(self, token: str) -> Principal | None:
+        key = token_sha256(token)
+        now = self._monotonic()
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        answered, principal = self._review(token)
+        if not answered:
+            return None  # not cached: the API server did not answer, ask again next time
+        ttl = CACHE_TTL_S if principal is not None else NEGATIVE_CACHE_TTL_S
+        with self._lock:
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = (now + ttl, principal)
+        return principal
+
+    def _review(self, token: str) -> tuple[bool, Principal | None]:
+        """Whether the API server answered, and the agent the token is (None: not one)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [self._audience]},
+        }
+        try:
+            response = self._http.post(
+                TOKEN_REVIEW_PATH, json=body, headers={"Authorization": f"Bearer {self._credentials()}"}
+            )
+            response.raise_for_status()
+            status = response.json().get("status") or {}
+        except (httpx.HTTPError, OSError, ValueError, AttributeError) as exc:
+            log.warning("token review failed", error=type(exc).__name__)
+            return False, None
+        return True, self._principal(status) if isinstance(status, dict) else None
+
+    def _principal(self, status: dict[str, Any]) -> Principal | None:
+        if status.get("authenticated") is not True or self._audience not in (status.get("audiences") or []):
+            return None
+        user = status.get("user") or {}
+        username = user.get("username")
+        nodes = (user.get("extra") or {}).get(NODE_NAME_EXTRA) or []
+        if username not in self._service_accounts or len(nodes) != 1 or not isinstance(nodes[0], str):
+            log.info("token review: not an agent", user=username, nodes=len(nodes))
+            return None
+        node = nodes[0]
+        return Principal(name=node, role=Role.AGENT, method=AuthMethod.KUBERNETES, node=node)
+
+
+def credentials_from_file(path: Path) -> Callable[[], str]:
+    """The aggregator's own ServiceAccount token, read afresh each time (the kubelet rotates it)."""
+
+    def read() -> str:
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except OSError:
+            return ""
+
+    return read

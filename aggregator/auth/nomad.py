@@ -1,0 +1,127 @@
+"""Agents authenticated by Nomad workload identity: the agent task sends its JWT (``identity`` block with an
+audience of our own), signed by the Nomad servers; the aggregator verifies it against the servers' public
+keys (``/.well-known/jwks.json``), then asks the API which node the claimed allocation runs on.
+
+A token is an agent's only if its signature, audience and expiry hold, its job is one of the agent jobs,
+and its allocation exists, belongs to that job and is placed on a node: the agent acts for that node only.
+Answers are cached (by the token's hash) until the token expires or for a minute, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import jwt
+import structlog
+
+from aggregator.auth.principal import AuthMethod, Principal, Role
+from aggregator.auth.token_file import token_sha256
+
+log = structlog.get_logger(__name__)
+
+JWKS_PATH = "/.well-known/jwks.json"
+ALGORITHMS = ["ES256", "RS256", "EdDSA"]  # what Nomad signs with; never "none" or a symmetric one
+CACHE_TTL_S = 60.0
+NEGATIVE_CACHE_TTL_S = 10.0
+MAX_CACHED = 100_000
+
+
+class NomadIdentityAuthenticator:
+    """Agents by Nomad workload identity (JWT + JWKS + the allocation's node)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        audience: str,
+        agent_jobs: list[str],
+        credentials: Callable[[], str | None] = lambda: None,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        jwks_client: jwt.PyJWKClient | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        base = address.rstrip("/")
+        self._jwks = jwks_client or jwt.PyJWKClient(
+            base + JWKS_PATH, cache_keys=True, lifespan=300, timeout=5
+        )
+        self._http = httpx.Client(base_url=base, timeout=timeout_s, transport=transport)
+        self._audience = audience
+        self._agent_jobs = frozenset(agent_jobs)
+        self._credentials = credentials
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+
+    def authenticate(self, token: str) -> Principal | None:
+        if token.count(".") != 2:  # not a JWT: some other authenticator's token
+            return None
+        key = token_sha256(token)
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        answered, principal, expires = self._verify(token)
+        if not answered:
+            return None
+        until = min(expires, now + CACHE_TTL_S) if principal is not None else now + NEGATIVE_CACHE_TTL_S
+        with self._lock:
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = (until, principal)
+        return principal
+
+    def _verify(self, token: str) -> tuple[bool, Principal | None, float]:
+        """Whether Nomad answered, the agent the token is (None: not one), and when the token expires."""
+        try:
+            signing_key = self._jwks.get_signing_key_from_jwt(token)
+        except jwt.PyJWKClientConnectionError as exc:
+            log.warning("nomad keys unavailable", error=type(exc).__name__)
+            return False, None, 0.0
+        except jwt.PyJWTError:
+            return True, None, 0.0  # no key of the servers signed this
+        try:
+            claims = jwt.decode(
+                token,
+                signing_key.key,
+                algorithms=ALGORITHMS,
+                audience=self._audience,
+                options={"require": ["exp", "aud", "nomad_allocation_id", "nomad_job_id"]},
+            )
+        except jwt.PyJWTError as exc:
+            log.info("nomad identity refused", reason=type(exc).__name__)
+            return True, None, 0.0
+        if claims["nomad_job_id"] not in self._agent_jobs:
+            log.info("nomad identity: not an agent job", job=claims["nomad_job_id"])
+            return True, None, 0.0
+        answered, node = self._node_of(claims)
+        if node is None:
+            return answered, None, 0.0
+        principal = Principal(name=node, role=Role.AGENT, method=AuthMethod.NOMAD, node=node)
+        return True, principal, float(claims["exp"])
+
+    def _node_of(self, claims: dict[str, Any]) -> tuple[bool, str | None]:
+        """The name of the node the claimed allocation of the claimed job is placed on."""
+        headers = {"X-Nomad-Token": token} if (token := self._credentials()) else {}
+        try:
+            response = self._http.get(
+                f"/v1/allocation/{claims['nomad_allocation_id']}",
+                params={"namespace": claims.get("nomad_namespace") or "default"},
+                headers=headers,
+            )
+            if response.status_code == 404:
+                return True, None
+            response.raise_for_status()
+            allocation = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("nomad allocation lookup failed", error=type(exc).__name__)
+            return False, None
+        if not isinstance(allocation, dict) or allocation.get("JobID") != claims["nomad_job_id"]:
+            return True, None
+        node = allocation.get("NodeName")
+        return True, node if isinstance(node, str) and node else None

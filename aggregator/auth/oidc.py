@@ -1,0 +1,107 @@
+"""People authenticated by an OpenID Connect issuer (the company's SSO): the CLI sends the person's ID
+token; the aggregator verifies it against the issuer's keys (``jwks_uri`` from its discovery document), its
+issuer, audience and expiry, and maps the person's groups to a role (the highest one matched). A person
+whose groups map to no role is not let in. OIDC identities are people only: never agents.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+import httpx
+import jwt
+import structlog
+
+from aggregator.auth.principal import AuthMethod, Principal, Role
+from aggregator.auth.token_file import token_sha256
+
+log = structlog.get_logger(__name__)
+
+DISCOVERY_PATH = "/.well-known/openid-configuration"
+ALGORITHMS = ["RS256", "ES256", "EdDSA"]  # asymmetric only: a shared-secret HS256 token proves nothing here
+CACHE_TTL_S = 60.0
+MAX_CACHED = 10_000
+
+
+class OidcAuthenticator:
+    """People by OIDC ID token, with roles from a group-to-role map."""
+
+    def __init__(
+        self,
+        issuer: str,
+        *,
+        audience: str,
+        role_map: Mapping[str, str],
+        name_claim: str = "email",
+        groups_claim: str = "groups",
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self._issuer = issuer.rstrip("/")
+        self._audience = audience
+        self._role_map = {group: Role(role) for group, role in role_map.items()}
+        self._name_claim = name_claim
+        self._groups_claim = groups_claim
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._jwks: jwt.PyJWKClient | None = None
+        self._cache: dict[str, tuple[float, Principal]] = {}
+
+    def authenticate(self, token: str) -> Principal | None:
+        if token.count(".") != 2:
+            return None
+        key = token_sha256(token)
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        verified = self._verify(token)
+        if verified is None:
+            return None
+        principal, expires = verified
+        with self._lock:
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = (min(expires, now + CACHE_TTL_S), principal)
+        return principal
+
+    def _verify(self, token: str) -> tuple[Principal, float] | None:
+        try:
+            signing_key = self._keys().get_signing_key_from_jwt(token)
+            claims = jwt.decode(
+                token,
+                signing_key.key,
+                algorithms=ALGORITHMS,
+                audience=self._audience,
+                issuer=self._issuer,
+                options={"require": ["exp", "iss", "aud", self._name_claim]},
+            )
+        except (jwt.PyJWTError, httpx.HTTPError, ValueError, KeyError) as exc:
+            log.info("oidc token refused", reason=type(exc).__name__)
+            return None
+        groups = claims.get(self._groups_claim) or []
+        groups = [groups] if isinstance(groups, str) else [g for g in groups if isinstance(g, str)]
+        roles = [self._role_map[group] for group in groups if group in self._role_map]
+        name = str(claims[self._name_claim])[:128]
+        if not roles:
+            log.info("oidc person has no role", person=name)
+            return None
+        role = max(roles, key=lambda candidate: candidate.rank)
+        return Principal(name=name, role=role, method=AuthMethod.OIDC), float(claims["exp"])
+
+    def _keys(self) -> jwt.PyJWKClient:
+        """The issuer's key set client, from its discovery document (fetched once)."""
+        with self._lock:
+            if self._jwks is not None:
+                return self._jwks
+        response = httpx.get(self._issuer + DISCOVERY_PATH, timeout=self._timeout_s)
+        response.raise_for_status()
+        jwks_uri = str(response.json()["jwks_uri"])
+        client = jwt.PyJWKClient(jwks_uri, cache_keys=True, lifespan=300, timeout=int(self._timeout_s))
+        with self._lock:
+            self._jwks = client
+        return client

@@ -1,0 +1,80 @@
+"""``gpuhealth events --audit`` (who did what, from where) and ``gpuhealth forget NODE`` (admin).
+
+The audit log lists every mutating call the aggregator accepted, with the authenticated caller, its role,
+how it authenticated and the client address; reading it needs the operator role.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+from gpuhealth.cli.fleet_cmd import _client, _common_options, _console, _print_json, _table, _when
+
+if TYPE_CHECKING:
+    from gpuhealth.core.aggregator_api import AuditEntry
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``forget``, and ``--audit`` to ``events`` (registered before, by fleet_cmd)."""
+    events = subparsers.choices["events"]
+    events.add_argument(
+        "--audit", action="store_true", help="the audit log instead: who did what, from where (operator)"
+    )
+    plain_events = events.get_default("handler")
+    events.set_defaults(handler=lambda args: run_audit(args) if args.audit else plain_events(args))
+    forget = subparsers.add_parser(
+        "forget",
+        parents=[_common_options()],
+        help="forget a node (admin): it leaves the fleet, the budget and the breaker; its history stays",
+    )
+    forget.add_argument("name", metavar="NODE")
+    forget.set_defaults(handler=run_forget)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    """``gpuhealth events --audit [--since 1h]``."""
+    with _client(args) as client:
+        entries = client.audit(since=args.since, limit=args.limit)
+    if args.json:
+        _print_json(entries)
+    else:
+        print_audit(entries, datetime.now(UTC))
+    return 0
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    """``gpuhealth forget NODE``."""
+    with _client(args) as client:
+        removed = client.forget_node(args.name)
+    if args.json:
+        _print_json(removed)
+    else:
+        sys.stdout.write(
+            f"node {removed.node} forgotten ({removed.incidents} incidents, {removed.permits} permits, "
+            f"{removed.requests} requests removed; its history stays)\n"
+        )
+    return 0
+
+
+def print_audit(entries: list[AuditEntry], now: datetime) -> None:
+    """One row per mutating call, oldest first."""
+    console = _console()
+    if not entries:
+        console.print("no audited calls")
+        return
+    table = _table("WHEN", "WHO", "ROLE", "ACTION", "TARGET", "FROM")
+    for entry in entries:
+        table.add_row(
+            _when(entry.at, now),
+            Text(entry.actor),
+            entry.role,
+            entry.action,
+            Text(entry.target or "-"),
+            Text(entry.client),
+        )
+    console.print(table)
