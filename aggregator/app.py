@@ -29,6 +29,8 @@ from aggregator.batching import ReportWriter
 from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.forget import forget_node
 from aggregator.metrics import AggregatorMetrics
+from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, decode_token
+from aggregator.retention import Pruner
 from aggregator.settings import AggregatorSettings
 from aggregator.store import audit, diag_requests
 from aggregator.store import requests as node_requests
@@ -118,12 +120,15 @@ def create_app(
     metrics = AggregatorMetrics(db, now)
     writer = ReportWriter(db, settings, now)
     alert_worker = DeliveryWorker(db, settings, now)
+    pruner = Pruner(db, settings, now)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         alert_worker.start()
+        pruner.start()
         yield
         alert_worker.stop()
+        pruner.stop()
         writer.stop()
         db.dispose()
 
@@ -183,11 +188,20 @@ def _register_fleet(app: FastAPI, ctx: _Context) -> None:
         "/v1/nodes", response_model=list[NodeSummary], dependencies=reader, responses=ERRORS, tags=["fleet"]
     )
     def get_nodes(
+        request: Request,
+        response: Response,
         state: Annotated[str | None, Query(pattern=f"^({'|'.join([*NodeState, STALE])})$")] = None,
+        limit: Annotated[int, Query(ge=1, le=queries.MAX_NODES_PAGE)] = queries.MAX_NODES_PAGE,
+        continue_token: Annotated[str | None, Query(alias="continue", max_length=MAX_TOKEN_CHARS)] = None,
     ) -> list[NodeSummary]:
-        """Every node, optionally only those in one shown state."""
+        """Nodes by name, optionally only those in one shown state; a full page announces the next one in
+        its ``Link`` header (``rel="next"``)."""
+        position = decode_token(continue_token)
+        after = str(position[0]) if position else None
         with ctx.db.read() as conn:
-            return queries.node_list(conn, ctx.now(), state=state)
+            page = queries.node_list(conn, ctx.now(), state=state, limit=limit, after=after)
+        announce_next(request, response, [page[-1].name] if len(page) == limit else None)
+        return page
 
     @app.get(
         "/v1/nodes/{node}",
@@ -359,14 +373,24 @@ def _register_history(app: FastAPI, ctx: _Context) -> None:
         "/v1/events", response_model=list[Event], dependencies=reader, responses=ERRORS, tags=["history"]
     )
     def get_events(
+        request: Request,
+        response: Response,
+        *,
         node: Annotated[str | None, Query(pattern=NODE_NAME_PATTERN, max_length=253)] = None,
         since: Annotated[str | None, Query(max_length=64, description="1h, 30m, 2d or an ISO time")] = None,
         limit: Annotated[int, Query(ge=1, le=queries.MAX_EVENTS)] = 200,
+        continue_token: Annotated[str | None, Query(alias="continue", max_length=MAX_TOKEN_CHARS)] = None,
     ) -> list[Event]:
-        """History (state changes, findings, actions, permits, breaker, requests), oldest first."""
+        """History (state changes, findings, actions, permits, breaker, requests): the newest ``limit``
+        events, oldest first; when there are older ones, the ``Link`` header (``rel="next"``) names the page
+        before them."""
         when = _since(since, ctx.now())
+        before = _event_position(decode_token(continue_token))
         with ctx.db.read() as conn:
-            return queries.event_list(conn, node=node, since=when, limit=limit)
+            page = queries.event_list(conn, node=node, since=when, limit=limit, before=before)
+        oldest = [page[0].at.isoformat(), page[0].id] if len(page) == limit else None
+        announce_next(request, response, oldest)
+        return page
 
     @app.get(
         "/v1/audit",
@@ -384,6 +408,22 @@ def _register_history(app: FastAPI, ctx: _Context) -> None:
         when = _since(since, ctx.now())
         with ctx.db.read() as conn:
             return audit.entries(conn, since=when, actor=actor, limit=limit)
+
+
+def _event_position(position: list[Any] | None) -> tuple[datetime, int] | None:
+    """An event's (time, id) from a continue token of ``/v1/events``."""
+    if position is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(position[0])), int(position[1])
+    except (ValueError, IndexError, TypeError) as exc:
+        error = {
+            "type": "value_error",
+            "loc": ("query", "continue"),
+            "msg": "not an events token",
+            "input": "",
+        }
+        raise RequestValidationError([error]) from exc
 
 
 def _since(spec: str | None, now: datetime) -> datetime | None:

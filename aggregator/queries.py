@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, and_, case, func, or_, select
 
 from aggregator import breaker, permits
 from aggregator.settings import AggregatorSettings
@@ -25,6 +25,7 @@ from gpuhealth.core.aggregator_api import (
 from gpuhealth.core.health import NodeState
 
 MAX_EVENTS = 1000
+MAX_NODES_PAGE = 10_000  # a page of the node list: all of a 10,000-node fleet in one answer
 
 
 def fleet_summary(conn: Connection, settings: AggregatorSettings, now: datetime) -> FleetSummary:
@@ -78,10 +79,18 @@ def _summary_from_row(row: Any, now: datetime) -> NodeSummary:
 
 
 def node_list(
-    conn: Connection, now: datetime, *, state: str | None = None, limit: int = 10_000
+    conn: Connection,
+    now: datetime,
+    *,
+    state: str | None = None,
+    limit: int = MAX_NODES_PAGE,
+    after: str | None = None,
 ) -> list[NodeSummary]:
-    """Every node (optionally only those shown in ``state``, where ``stale`` is a state), by name."""
+    """Nodes by name (optionally only those shown in ``state``, where ``stale`` is a state), at most
+    ``limit`` of them, starting after the node named ``after``."""
     query = select(nodes).order_by(nodes.c.name).limit(limit)
+    if after is not None:
+        query = query.where(nodes.c.name > after)
     if state == STALE:
         query = query.where(nodes.c.stale_at <= now)
     elif state is not None:
@@ -195,10 +204,19 @@ def incident_list(
 
 
 def event_list(
-    conn: Connection, *, node: str | None = None, since: datetime | None = None, limit: int = 200
+    conn: Connection,
+    *,
+    node: str | None = None,
+    since: datetime | None = None,
+    limit: int = 200,
+    before: tuple[datetime, int] | None = None,
 ) -> list[Event]:
-    """The newest ``limit`` events (optionally of one node, since a time), returned oldest first."""
+    """The newest ``limit`` events (optionally of one node, since a time, older than ``before``: the time
+    and id of an event), returned oldest first."""
     query = select(events).order_by(events.c.at.desc(), events.c.id.desc()).limit(min(limit, MAX_EVENTS))
+    if before is not None:
+        at, event_id = before
+        query = query.where(or_(events.c.at < at, and_(events.c.at == at, events.c.id < event_id)))
     if node is not None:
         query = query.where(events.c.node == node)
     if since is not None:

@@ -135,6 +135,23 @@ class AggregatorSettings(BaseModel):
     cooldown_s: float = Field(
         default=3600.0, ge=0, description="After a node's permit ends, no new permit for it for this long."
     )
+    retention_events_days: float = Field(
+        default=90.0, gt=0, description="Events older than this are pruned (never those of an open incident)."
+    )
+    retention_incidents_days: float = Field(
+        default=365.0, gt=0, description="Incidents closed longer ago than this are pruned (open ones never)."
+    )
+    retention_alerts_days: float = Field(
+        default=90.0,
+        gt=0,
+        description="Alerts older than this are pruned once none of their deliveries waits.",
+    )
+    retention_audit_days: float = Field(
+        default=365.0, gt=0, description="Audit entries older than this are pruned."
+    )
+    prune_every_s: float = Field(
+        default=3600.0, gt=0, description="Seconds between two prunes of old history (one at start too)."
+    )
     breaker_threshold_percent: float = Field(
         default=20.0,
         ge=0,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -39,6 +39,8 @@ from gpuhealth.core.alerts_api import AlertView, Delivery, Silence, SilenceCreat
 from gpuhealth.core.findings import Action
 
 log = structlog.get_logger(__name__)
+
+MAX_PAGES = 10_000  # a paginated list longer than this is a server that never ends its pages
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -147,6 +149,7 @@ class AggregatorClient:
         headers["User-Agent"] = "gpuhealth"
         self.base_url = base_url.rstrip("/")
         auth = TokenFileAuth(token_file) if token_file is not None and not token else None
+        self._last_link: str | None = None  # the Link header of the latest answer (pagination)
         self._http = httpx.Client(
             base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
@@ -201,19 +204,25 @@ class AggregatorClient:
         """The fleet summary (``gpuhealth status``)."""
         return self._call("GET", "/v1/fleet", FleetSummary, retry=True)
 
-    def nodes(self, *, state: str | None = None) -> list[NodeSummary]:
-        """Every node, optionally only those shown in ``state`` (``stale`` included)."""
-        return self._call_list("GET", "/v1/nodes", NodeSummary, params=_params(state=state))
+    def nodes(self, *, state: str | None = None, page_size: int | None = None) -> list[NodeSummary]:
+        """Every node, optionally only those shown in ``state`` (``stale`` included), page after page."""
+        params = _params(state=state, limit=page_size)
+        return [node for page in self._pages("/v1/nodes", NodeSummary, params) for node in page]
 
     def node(self, name: str) -> NodeDetail:
         """One node's detail; raises NotFound for a node that never reported."""
         return self._call("GET", f"/v1/nodes/{name}", NodeDetail, retry=True)
 
-    def events(self, *, since: str | None = None, node: str | None = None, limit: int = 200) -> list[Event]:
-        """History, oldest first; ``since`` is a duration (``1h``) or an ISO time."""
-        return self._call_list(
-            "GET", "/v1/events", Event, params=_params(since=since, node=node, limit=limit)
-        )
+    def events(
+        self, *, since: str | None = None, node: str | None = None, limit: int = 200, all_pages: bool = False
+    ) -> list[Event]:
+        """History, oldest first; ``since`` is a duration (``1h``) or an ISO time. The newest ``limit``
+        events, or with ``all_pages`` every one (pages of ``limit``, newest first, joined oldest first)."""
+        params = _params(since=since, node=node, limit=limit)
+        if not all_pages:
+            return self._call_list("GET", "/v1/events", Event, params=params)
+        pages = list(self._pages("/v1/events", Event, params))
+        return [event for page in reversed(pages) for event in page]
 
     def incidents(
         self, *, node: str | None = None, open_only: bool = False, since: str | None = None
@@ -309,6 +318,19 @@ class AggregatorClient:
             raise ServerError(f"unexpected answer from the aggregator for {path}: not a list")
         return [_parse(model, item, path) for item in data]
 
+    def _pages(self, path: str, model: type[Model], params: dict[str, Any]) -> Iterator[list[Model]]:
+        """Every page of a paginated list, following the ``Link: <...>; rel="next"`` the aggregator sends
+        after a full page (``MAX_PAGES`` at most, against a server that never ends)."""
+        url: str | None = path
+        query: dict[str, Any] | None = params
+        for _ in range(MAX_PAGES):
+            if url is None:
+                return
+            self._last_link = None
+            yield self._call_list("GET", url, model, params=query)
+            url, query = _next_page(self._last_link), None
+        raise ServerError(f"the aggregator sent more than {MAX_PAGES} pages for {path}")
+
     def _request(self, method: str, path: str, *, retry: bool, **kwargs: Any) -> Any:
         attempts = self._retries if retry else 1
         retrying = Retrying(
@@ -331,12 +353,22 @@ class AggregatorClient:
         except httpx.TransportError as exc:
             raise AggregatorUnreachable(f"cannot reach the aggregator at {self.base_url}: {exc}") from exc
         _raise_for_status(response, self.base_url)
+        self._last_link = response.headers.get("link")
         try:
             return response.json()
         except ValueError as exc:
             raise ServerError(
                 f"aggregator at {self.base_url} answered {path} with something not JSON"
             ) from exc
+
+
+def _next_page(link: str | None) -> str | None:
+    """The ``rel="next"`` target of a ``Link`` header (a path on the same aggregator), or None."""
+    for part in (link or "").split(","):
+        target, _, rest = part.strip().partition(";")
+        if 'rel="next"' in rest and target.startswith("<") and target.endswith(">"):
+            return target[1:-1]
+    return None
 
 
 def _params(**values: Any) -> dict[str, Any]:

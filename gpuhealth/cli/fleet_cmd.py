@@ -62,6 +62,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     events.add_argument("--since", default="1h", help="how far back: 30m, 1h, 2d or an ISO time (default 1h)")
     events.add_argument("--node", help="only this node")
     events.add_argument("--limit", type=int, default=200, help="at most this many events (default 200)")
+    events.add_argument(
+        "--all", action="store_true", help="every event since --since, page after page (--limit per page)"
+    )
     events.set_defaults(handler=run_events)
 
     quarantine = subparsers.add_parser(
@@ -292,7 +295,7 @@ def run_events(args: argparse.Namespace) -> int:
     except TimeSpecError as exc:
         raise CliError(f"--since: {exc}", 2) from exc
     with _client(args) as client:
-        events = client.events(since=args.since, node=args.node, limit=args.limit)
+        events = client.events(since=args.since, node=args.node, limit=args.limit, all_pages=args.all)
     if args.json:
         _print_json(events)
     else:
