@@ -45,8 +45,7 @@ __all__ = [
 
 EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 MULTIPLE_PDBS_MESSAGE = (
-    "Internal error occurred: This pod has more than one PodDisruptionBudget, "
-    "which the eviction subresource does not support."
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 )
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 
@@ -228,7 +227,7 @@ def eviction_decision(
         return _allowed(f"pod is {'terminating' if _is_terminating(pod) else phase}: budgets do not apply")
     covering = matching_pdbs(pod, pdbs)
     if len(covering) > 1:
-        return EvictionDecision(False, 500, "InternalError", MULTIPLE_PDBS_MESSAGE, None)
+        return EvictionDecision(False, 500, "", MULTIPLE_PDBS_MESSAGE, None)  # a Status without reason
     if not covering:
         return _allowed("no PodDisruptionBudget covers the pod")
     pdb = covering[0]

@@ -151,6 +151,18 @@ def validate_node(node: KubeObject) -> list[Cause]:
     return causes
 
 
+def validate_core_event_create(event: KubeObject, namespace: str | None) -> list[Cause]:
+    """A core/v1 Event lives in its involved object's namespace; one about a cluster-scoped object (a
+    Node) in ``default`` (the API server's ``legacyValidateEvent``)."""
+    involved = event.get("involvedObject") or {}
+    involved_namespace = str(involved.get("namespace") or "")
+    own = namespace or ""
+    matches = own == involved_namespace if involved_namespace else own in ("", "default")
+    if matches:
+        return []
+    return [_invalid("involvedObject.namespace", involved_namespace, "does not match event.namespace")]
+
+
 def validate_pod_create(pod: KubeObject) -> list[Cause]:
     """A pod needs at least one container, each with a name and an image."""
     spec = pod.get("spec")
