@@ -485,3 +485,35 @@ def test_the_emulator_answers_as_kube_apiserver_does(
         )
         pytest.xfail(KNOWN_DIFFERENCES[probe])
     assert emulated == real
+
+
+def _patch_parameters(target: Target, path: str, kind: str) -> set[str] | None:
+    """The query parameters of the PATCH tagged with ``kind`` (cli-runtime's QueryParamVerifierV3 lookup)."""
+    document = target.rest.json("GET", f"/openapi/v3/{path}")
+    for item in document["paths"].values():
+        operation = item.get("patch") or {}
+        gvk = operation.get("x-kubernetes-group-version-kind") or {}
+        if gvk.get("kind") == kind:
+            return {p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"}
+    return None
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("api/v1", "Node"),
+        ("api/v1", "Pod"),
+        ("apis/batch/v1", "Job"),
+        ("apis/policy/v1", "PodDisruptionBudget"),
+    ],
+)
+def test_the_openapi_v3_documents_kubectl_reads_agree(
+    sim_target: Target, real_target: Target, path: str, kind: str
+) -> None:
+    """Both indexes list the group version; in both documents the kind's PATCH takes fieldValidation and
+    fieldManager, so kubectl validates on the server against either."""
+    for target in (sim_target, real_target):
+        index = target.rest.json("GET", "/openapi/v3")
+        assert path in index["paths"], (target.name, path)
+        parameters = _patch_parameters(target, path, kind)
+        assert parameters is not None and {"fieldValidation", "fieldManager"} <= parameters, target.name
