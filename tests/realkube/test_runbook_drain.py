@@ -270,16 +270,21 @@ def test_a_blocking_budget_answers_429_until_the_deadline_and_the_pod_stays(
 def test_after_the_drain_clean_readings_uncordon_and_untaint_the_node(
     five_nodes: Cluster, agents: Agents
 ) -> None:
-    """Recovery after a drain: the incident closes, our cordon and taint go, the node takes work again."""
+    """Recovery after a drain: the incident closes, the drain permit goes back to the aggregator, our cordon
+    and taint go, and the node takes work again."""
     cluster = five_nodes
     agents.debounce = DebounceConfig(min_dwell_s=0.0, clean_readings_to_recover=1)
     labels = {"batch.kubernetes.io/job-name": start_gang(cluster, "rel", min_available=3)}
     bad = cluster.running(**labels)[0]["spec"]["nodeName"]
+    gate = agents.agent(bad).parts.permits
+    assert gate is not None
     agents.break_node(bad)
+    assert gate.held is not None and gate.held.incident_id is not None
     agents.finish_drain(bad)
 
     closed = agents.tick(bad)
 
     assert closed.health.incident is None
+    assert gate.held is None
     node = cluster.node(bad)
     assert not node["spec"].get("unschedulable") and not tainted(cluster, bad)
