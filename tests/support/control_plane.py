@@ -47,7 +47,7 @@ BUILD_SCRIPT = REPO_ROOT / "tools" / "build-control-plane.sh"
 BIN_ENV = "GPUHEALTH_CONTROL_PLANE_BIN"
 NAMES = ("etcd", "kube-apiserver", "kube-controller-manager")
 HOW_TO_BUILD = (
-    "real control plane not built: run tools/build-control-plane.sh (about 20 min cold, from Go modules), "
+    "real control plane not built: run tools/build-control-plane.sh (about 10 min cold, from Go modules), "
     f"or set {BIN_ENV} to a directory holding etcd, kube-apiserver and kube-controller-manager"
 )
 START_TIMEOUT_S = 120.0  # hang guard: the API server is ready in about 10 s on an idle 2-core machine
