@@ -24,7 +24,8 @@
 #   GO                              the go command (default: go on PATH, else /usr/local/go/bin/go)
 #   GPUHEALTH_BUILD_JOBS            parallel compile jobs (go build -p; default 2)
 #
-# Cold build on 2 cores: about 10 minutes (docs/testing.md); warm: well under a second.
+# Cold build on 2 cores: about 10 minutes idle, 23 minutes with the cores shared (docs/testing.md); warm:
+# well under a second.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

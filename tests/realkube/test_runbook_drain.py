@@ -174,6 +174,28 @@ def start_gang(cluster: Cluster, name: str, *, min_available: int, pod_failure_p
     return name
 
 
+def start_daemonset(cluster: Cluster) -> dict[str, str]:
+    """A node exporter on every node, created by the real DaemonSet controller; returns its pod labels."""
+    labels = {"app": "exporter"}
+    body = {
+        "metadata": {"name": "exporter"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "e", "image": "exporter"}],
+                },
+            },
+        },
+    }
+    client.AppsV1Api(cluster.admin).create_namespaced_daemon_set(cluster.namespace, body)
+    count = len(cluster.node_names)
+    assert eventually(lambda: len(cluster.running(**labels)) == count), "the DaemonSet's pods never ran"
+    return labels
+
+
 def budget(cluster: Cluster, name: str) -> dict[str, Any]:
     return cluster.to_dict(
         client.PolicyV1Api(cluster.admin).read_namespaced_pod_disruption_budget(name, cluster.namespace)
@@ -202,8 +224,10 @@ def test_a_job_with_pod_failure_policy_is_drained_and_its_pod_replaced_by_the_re
     """XID 79 under a 4-pod Job whose podFailurePolicy ignores DisruptionTarget, protected by a budget
     that allows one disruption (computed by the disruption controller): the agent evicts the pod (201),
     the requeue is left to the workload, the Job controller ignores the failure (status.failed stays 0)
-    and replaces the pod on the spare node; the three other pods are untouched."""
+    and replaces the pod on the spare node; the three other pods are untouched, and the DaemonSet's pod on
+    the drained node stays (the drain skips DaemonSet pods, as kubectl drain --ignore-daemonsets does)."""
     cluster = five_nodes
+    exporter = start_daemonset(cluster)
     labels = {"batch.kubernetes.io/job-name": start_gang(cluster, "ft", min_available=3)}
     assert budget(cluster, "ft")["status"]["disruptionsAllowed"] == 1
     before = cluster.running(**labels)
@@ -226,6 +250,11 @@ def test_a_job_with_pod_failure_policy_is_drained_and_its_pod_replaced_by_the_re
     assert not job["status"].get("failed"), "the DisruptionTarget failure was counted against the Job"
     assert REQUEUED_ANNOTATION not in (job["metadata"].get("annotations") or {})
     assert cluster.node(bad)["spec"].get("unschedulable") is True and tainted(cluster, bad)
+    assert [p["spec"]["nodeName"] for p in cluster.running(**exporter)].count(bad) == 1
+    state = agents.executor(bad).drain_state
+    assert state is not None and state.report is not None
+    skipped = [p for p in state.report.pods if p.outcome is PodOutcome.SKIPPED]
+    assert len(skipped) == 1 and skipped[0].name.startswith("exporter-"), state.report.pods
 
 
 def test_a_blocking_budget_answers_429_until_the_deadline_and_the_pod_stays(
