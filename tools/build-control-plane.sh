@@ -91,10 +91,15 @@ fi
 
 mkdir -p "$BASE"
 STAGE="$(mktemp -d "$BASE/.build-$KEY.XXXXXX")"
-trap 'rm -rf "$STAGE"' EXIT
+chmod 755 "$STAGE"
+HEARTBEAT=""
+trap 'rm -rf "$STAGE"; [ -z "$HEARTBEAT" ] || kill "$HEARTBEAT" 2> /dev/null' EXIT
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
 start=$SECONDS
+# go build prints nothing while it compiles: say every minute that it is still at it.
+( while sleep 60; do log "      ... still compiling ($((SECONDS - start)) s)"; done ) > /dev/null 2>&2 &
+HEARTBEAT=$!
 log "building into $DEST with $GO_VERSION, $JOBS jobs (a cold build takes a while; go fetches modules first)"
 
 log "[1/4] etcd (go.etcd.io/etcd/server/v3)"
@@ -121,6 +126,8 @@ for c in "${CRDS[@]}"; do
   chmod 644 "$STAGE/crds/$c"
 done
 
+kill "$HEARTBEAT" 2> /dev/null || true
+HEARTBEAT=""
 touch "$STAGE/.complete"
 rm -rf "$DEST"
 mv "$STAGE" "$DEST"
