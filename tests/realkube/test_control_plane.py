@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from control_plane import ControlPlane, ControlPlaneUnavailable, find_binaries
+from control_plane import NODE_MONITOR_GRACE_S, ControlPlane, ControlPlaneUnavailable, find_binaries
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from realkube import Cluster, eventually
@@ -62,6 +62,37 @@ def test_a_pod_is_bound_run_and_its_graceful_deletion_finished(cluster: Cluster)
     cluster.core.delete_namespaced_pod("p", cluster.namespace)
 
     assert eventually(lambda: cluster.pods() == [], timeout=20.0), "the kubelet did not finish the deletion"
+
+
+@pytest.mark.slow
+def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control_plane: ControlPlane) -> None:
+    """The node lifecycle controller (grace period 25 s) leaves nodes whose kubelet renews its Lease alone;
+    when one kubelet falls silent, its node gets Ready=Unknown and the unreachable taint while the other,
+    alive just as long, stays Ready and untainted."""
+    cluster = Cluster(control_plane, nodes=2)
+    try:
+        alive, dead = cluster.node_names
+        cluster.kubelets.silent.add(dead)
+
+        def unreachable(name: str) -> bool:
+            taints = cluster.node(name)["spec"].get("taints") or []
+            return any(t["key"] == "node.kubernetes.io/unreachable" for t in taints)
+
+        assert eventually(lambda: unreachable(dead), timeout=NODE_MONITOR_GRACE_S * 4), (
+            "the dead node was never noticed"
+        )
+        ready = next(c for c in cluster.node(dead)["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "Unknown"
+        assert not unreachable(alive)
+        assert not [
+            t
+            for t in cluster.node(alive)["spec"].get("taints") or []
+            if t["key"].startswith("node.kubernetes.io/")
+        ]
+        ready = next(c for c in cluster.node(alive)["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+    finally:
+        cluster.close()
 
 
 @pytest.mark.slow

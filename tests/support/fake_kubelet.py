@@ -110,6 +110,7 @@ class FakeKubelets:
         self._threads: list[threading.Thread] = []
         self._bind_lock = threading.Lock()
         self._streams: set[watch.Watch] = set()
+        self.silent: set[str] = set()  # nodes whose kubelet stopped posting (a dead node)
         self.errors: list[str] = []
 
     # --- start / stop ----------------------------------------------------------------------------------
@@ -185,6 +186,8 @@ class FakeKubelets:
         while not self.stopping.wait(LEASE_RENEW_S):
             report_status = (dt.datetime.now(dt.UTC) - last_status).total_seconds() >= STATUS_REPORT_S
             for node in self.nodes:
+                if node in self.silent:
+                    continue
                 api_client = self._node_clients[node]
                 with contextlib.suppress(ApiException):
                     client.CoordinationV1Api(api_client).patch_namespaced_lease(
