@@ -41,8 +41,9 @@ def test_xid_79_sets_the_condition_keeps_ready_and_labels_taints_and_records_an_
     assert gpu_node.taint() == "reboot:NoSchedule"
     assert gpu_node.node()["metadata"]["annotations"]["gpuhealth.io/incident"] == result.health.incident.id
     assert gpu_node.events() == ["GPUHealthUnhealthy"]
-    (event,) = gpu_node.cluster.node_events(gpu_node.name)
+    (event,) = [e for e in gpu_node.cluster.node_events(gpu_node.name) if e["reason"] == "GPUHealthUnhealthy"]
     assert event["involvedObject"]["kind"] == "Node" and event["type"] == "Warning"
+    assert event["source"]["component"] == "gpuhealth-agent"
     assert not gpu_node.cordoned()
 
 

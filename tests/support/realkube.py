@@ -219,7 +219,11 @@ class RealGpuNode:
         return bool(self.node()["spec"].get("unschedulable"))
 
     def events(self) -> list[str]:
-        return [e["reason"] for e in self.cluster.node_events(self.name)]
+        """Reasons of the agent's Events about this node (``GPUHealth*``; the node lifecycle controller
+        records its own, such as RegisteredNode, whenever it gets to it)."""
+        return [
+            e["reason"] for e in self.cluster.node_events(self.name) if e["reason"].startswith("GPUHealth")
+        ]
 
     def writes(self) -> int:
         return sum(executor.writes_total for executor in self.executors)
