@@ -284,3 +284,77 @@ def test_an_agent_pointed_at_another_node_is_held_with_the_policys_own_message(
     )
     assert node.writes() == 1  # the refused write; the hold keeps the others from being sent
     assert cluster.node(other)["metadata"]["resourceVersion"] == before
+
+
+def test_an_operators_own_policy_denying_with_422_holds_the_agent_too(
+    agent: Agent, cluster: Cluster, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """A ValidatingAdmissionPolicy of the cluster's operators (no ``reason``: kube-apiserver answers 422
+    Invalid) freezes node A's metadata: the agent's label patch is refused, logged once as an admission
+    refusal quoting that policy with the status the server gave, and the agent's writes are held."""
+    name = f"freeze-{agent.node}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["nodes"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "this-node", "expression": f"object.metadata.name == '{agent.node}'"},
+                {"name": "the-agent", "expression": f"request.userInfo.username == '{AGENT_USER}'"},
+            ],
+            "validations": [{"expression": "false", "message": "node frozen by the operators"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    admin = control_plane.api_client()
+    applier = Applier(admin)
+    for obj in (policy, binding):
+        applier.apply(obj)
+    node = RealGpuNode(cluster, agent.node, ManualClock(), tmp_path / "state", agent.api_client)
+    try:
+        probes = iter(range(10**6))
+
+        def frozen() -> bool:  # a change the chart's policies allow, refused only by the operators' one
+            try:
+                agent.core.patch_node(
+                    agent.node, {"metadata": {"annotations": {"gpuhealth.io/probe": str(next(probes))}}}
+                )
+            except ApiException as exc:
+                return exc.status == 422
+            return False
+
+        assert eventually(frozen), "the operators' policy was never enforced"
+        with capture_logs() as logs:
+            first = node.tick()
+            node.ticks(3)
+    finally:
+        node.close()
+        registration = client.AdmissionregistrationV1Api(admin)
+        registration.delete_validating_admission_policy_binding(name)
+        registration.delete_validating_admission_policy(name)
+        admin.close()  # type: ignore[no-untyped-call]
+
+    refused = [r for r in first.report.results if not r.ok]
+    assert [type(r.step).__name__ for r in refused] == ["SetStateLabel"]
+    assert refused[0].detail.startswith(
+        "HTTP 422 forbidden: patch nodes refused by admission policy (HTTP 422)"
+    )
+    errors = [entry for entry in logs if entry["log_level"] == "error"]
+    assert [(e["event"], e["cause"]) for e in errors] == [("kubernetes_forbidden", "admission")]
+    assert errors[0]["problem"].endswith("node frozen by the operators")
