@@ -440,6 +440,60 @@ def probe_dry_run_create(t: Target) -> Outcome:
     return Outcome(created.status, created.reason, fields=(("stored", stored.status),))
 
 
+def watch_events(t: Target, query: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The events of one watch the server ends after a second (bookmarks included)."""
+    response = t.rest.request(
+        "GET", "/api/v1/nodes", query=[("watch", "true"), ("timeoutSeconds", "1"), *query]
+    )
+    try:
+        return [json.loads(line) for line in response.data.splitlines() if line.strip()]
+    finally:
+        response.release_conn()
+
+
+def probe_node_watch_from_the_lists_version_sees_a_change(t: Target) -> Outcome:
+    """The executor's node watch: list with fieldSelector metadata.name, then watch from its version with
+    bookmarks; a label patch in between arrives as MODIFIED carrying the new label."""
+    node = t.nodes[1]
+    selector = ("fieldSelector", f"metadata.name={node}")
+    listed = t.rest.json("GET", "/api/v1/nodes", query=[selector])
+    value = t.unique("v")
+    t.send("PATCH", node_path(t, node), {"metadata": {"labels": {"probe": value}}}, content_type=MERGE_PATCH)
+    events = watch_events(
+        t,
+        [
+            selector,
+            ("resourceVersion", listed["metadata"]["resourceVersion"]),
+            ("allowWatchBookmarks", "true"),
+        ],
+    )
+    changes = [e for e in events if e["type"] != "BOOKMARK"]
+    seen = [
+        (e["type"], e["object"]["metadata"]["name"] == node, e["object"]["metadata"]["labels"].get("probe"))
+        for e in changes
+    ]
+    return Outcome(200, fields=(("changes", seen),))
+
+
+def probe_node_watch_from_version_zero_starts_with_added(t: Target) -> Outcome:
+    """A watch from "0" starts with a synthetic ADDED of the current object."""
+    events = watch_events(t, [("fieldSelector", f"metadata.name={t.nodes[0]}"), ("resourceVersion", "0")])
+    return Outcome(200, fields=(("types", [e["type"] for e in events if e["type"] != "BOOKMARK"]),))
+
+
+def probe_eviction_of_a_pending_pod_ignores_the_budget(t: Target) -> Outcome:
+    """A pod that never ran causes no disruption: evicted (201) although its budget allows none."""
+    labels = {"app": t.unique("pending")}
+    name = t.unique("pod")
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeSelector": {"no-such": "node"}, "containers": [{"name": "c", "image": "i"}]},
+    }
+    t.core.create_namespaced_pod(t.namespace, body)
+    t.pdb(labels, min_available=1, expected=1)
+    return eviction(t, name)
+
+
 PROBES: dict[str, Callable[[Target], Outcome]] = {
     name.removeprefix("probe_"): fn for name, fn in sorted(globals().items()) if name.startswith("probe_")
 }
