@@ -137,7 +137,7 @@ def gang_job(name: str, *, pod_failure_policy: bool) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "parallelism": 4,
         "completions": 4,
-        "backoffLimit": 0,
+        "backoffLimit": 0 if pod_failure_policy else 3,
         "template": {
             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
         },
@@ -255,6 +255,38 @@ def test_a_job_with_pod_failure_policy_is_drained_and_its_pod_replaced_by_the_re
     assert state is not None and state.report is not None
     skipped = [p for p in state.report.pods if p.outcome is PodOutcome.SKIPPED]
     assert len(skipped) == 1 and skipped[0].name.startswith("exporter-"), state.report.pods
+
+
+def test_a_job_without_pod_failure_policy_counts_the_eviction_and_still_replaces_the_pod(
+    five_nodes: Cluster, agents: Agents
+) -> None:
+    """The same drain under a Job with no podFailurePolicy (backoffLimit 3): the real Job controller counts
+    the evicted pod as one failure (status.failed 1) and replaces it on the spare node; the agent leaves
+    the Job to itself (a plain Job has no fallback) and writes nothing to it."""
+    cluster = five_nodes
+    labels = {
+        "batch.kubernetes.io/job-name": start_gang(
+            cluster, "plain", min_available=3, pod_failure_policy=False
+        )
+    }
+    bad = cluster.running(**labels)[0]["spec"]["nodeName"]
+    agents.agent(bad)
+
+    agents.break_node(bad)
+    news = drain_results(agents.finish_drain(bad))
+
+    assert news[0][:2] == ("Drain", True), news
+    assert news[1][0] == "Requeue" and "left-to-workload" in news[1][2], news
+
+    def replaced_elsewhere() -> bool:
+        pods = cluster.running(**labels)
+        return len(pods) == 4 and all(p["spec"]["nodeName"] != bad for p in pods)
+
+    assert eventually(replaced_elsewhere), "the Job controller's replacement never ran on a healthy node"
+    batch = client.BatchV1Api(cluster.admin)
+    assert eventually(lambda: batch.read_namespaced_job("plain", cluster.namespace).status.failed == 1)
+    job = cluster.to_dict(batch.read_namespaced_job("plain", cluster.namespace))
+    assert REQUEUED_ANNOTATION not in (job["metadata"].get("annotations") or {})
 
 
 def test_a_blocking_budget_answers_429_until_the_deadline_and_the_pod_stays(
