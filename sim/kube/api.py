@@ -62,6 +62,7 @@ from sim.kube.store import (
 )
 from sim.kube.validation import (
     validate_core_event_create,
+    validate_job_update,
     validate_metadata,
     validate_name,
     validate_node,
@@ -469,6 +470,8 @@ class KubeApi:
     def _kind_causes(self, target: Target, old: KubeObject | None, new: KubeObject) -> list[dict[str, str]]:
         if target.key == "nodes":
             return validate_node(new)
+        if target.key == "jobs.batch" and old is not None and target.subresource != "status":
+            return validate_job_update(old, new)
         if target.key == "events" and old is None and not target.resource_type.group:
             return validate_core_event_create(new, target.namespace)
         if target.key == "pods":

@@ -494,6 +494,46 @@ def probe_eviction_of_a_pending_pod_ignores_the_budget(t: Target) -> Outcome:
     return eviction(t, name)
 
 
+def probe_job_pod_template_is_immutable(t: Target) -> Outcome:
+    """A running Job's pod template cannot change (the API reference, JobSpec.template)."""
+    name = t.unique("job")
+    container = {"name": "c", "image": "trainer:1"}
+    body = {
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+    }
+    t.send("POST", f"/apis/batch/v1/namespaces/{t.namespace}/jobs", body)
+    change = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "trainer:2"}]}}}}
+    return t.send(
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{t.namespace}/jobs/{name}",
+        change,
+        content_type=STRATEGIC_MERGE_PATCH,
+    )
+
+
+def probe_suspended_job_scheduling_directives_may_change(t: Target) -> Outcome:
+    """A suspended Job that never started: its template's node selector may change (Kueue's admission)."""
+    name = t.unique("job")
+    container = {"name": "c", "image": "trainer:1"}
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": True,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+    t.send("POST", f"/apis/batch/v1/namespaces/{t.namespace}/jobs", body)
+    change = {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a"}}}}}
+    return t.send(
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{t.namespace}/jobs/{name}",
+        change,
+        content_type=STRATEGIC_MERGE_PATCH,
+        pick=lambda job: {"selector": job["spec"]["template"]["spec"].get("nodeSelector")},
+    )
+
+
 PROBES: dict[str, Callable[[Target], Outcome]] = {
     name.removeprefix("probe_"): fn for name, fn in sorted(globals().items()) if name.startswith("probe_")
 }
