@@ -83,6 +83,9 @@ class BudgetStatus:
     desired_healthy: int
     current_healthy: int
     disruptions_allowed: int
+    # Set when the controller cannot compute the budget (a percentage or maxUnavailable over pods whose
+    # owner has no scale subresource): it then writes only disruptionsAllowed 0 and a SyncFailed condition.
+    sync_error: str | None = None
 
 
 def is_pod_ready(pod: KubeObject) -> bool:
@@ -185,7 +188,10 @@ def budget_status(
         # allows no disruption at all.
         expected, desired = 0, 0
     if expected is None:
-        return BudgetStatus(0, desired, current_healthy, 0)
+        error = (
+            "the pods' controller has no scale subresource: a percentage or maxUnavailable cannot be computed"
+        )
+        return BudgetStatus(0, desired, current_healthy, 0, sync_error=error)
     allowed = current_healthy - desired
     return BudgetStatus(expected, desired, current_healthy, allowed if expected > 0 and allowed > 0 else 0)
 

@@ -534,6 +534,57 @@ def probe_suspended_job_scheduling_directives_may_change(t: Target) -> Outcome:
     )
 
 
+def probe_percentage_budget_over_job_pods(t: Target) -> Outcome:
+    """minAvailable 50% over a Job's pods: a percentage needs the owner's scale subresource, which a Job has
+    not, so the disruption controller cannot compute it: nothing may be disrupted."""
+    name = t.unique("job")
+    labels = {"app": name}
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "trainer"}]},
+            },
+        },
+    }
+    t.send("POST", f"/apis/batch/v1/namespaces/{t.namespace}/jobs", body)
+    t.wait(
+        lambda: (
+            len(
+                [
+                    p
+                    for p in t.core.list_namespaced_pod(t.namespace, label_selector=f"app={name}").items
+                    if p.status.phase == "Running"
+                ]
+            )
+            == 2
+        )
+    )
+    policy = client.PolicyV1Api(t.api_client)
+    pdb = {"metadata": {"name": name}, "spec": {"minAvailable": "50%", "selector": {"matchLabels": labels}}}
+    policy.create_namespaced_pod_disruption_budget(t.namespace, pdb)
+
+    def observed() -> bool:
+        status = policy.read_namespaced_pod_disruption_budget(name, t.namespace).status
+        return status is not None and any(c.type == "DisruptionAllowed" for c in status.conditions or [])
+
+    t.wait(observed)
+    status = t.api_client.sanitize_for_serialization(
+        policy.read_namespaced_pod_disruption_budget(name, t.namespace).status
+    )
+    condition = next((c for c in status.get("conditions", []) if c["type"] == "DisruptionAllowed"), {})
+    return Outcome(
+        200,
+        fields=(
+            ("allowed", status.get("disruptionsAllowed")),
+            ("condition", (condition.get("status"), condition.get("reason"))),
+        ),
+    )
+
+
 PROBES: dict[str, Callable[[Target], Outcome]] = {
     name.removeprefix("probe_"): fn for name, fn in sorted(globals().items()) if name.startswith("probe_")
 }
