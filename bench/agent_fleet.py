@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent
@@ -21,7 +21,12 @@ from agent.settings import AgentSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
 from remediation.kubernetes.executor import KubernetesExecutor
-from sim.kube.harness import KubeSim
+
+
+class ApiServer(Protocol):
+    """What the fleet needs of an API server: a new client of it (``KubeSim``, or a real control plane)."""
+
+    def api_client(self) -> Any: ...
 
 
 @dataclass
@@ -54,7 +59,7 @@ def fleet_settings(name: str, state_dir: Path, **overrides: Any) -> AgentSetting
 
 @contextlib.contextmanager
 def agent_fleet(
-    sim: KubeSim, names: list[str], *, gpus: int = 8, **overrides: Any
+    sim: ApiServer, names: list[str], *, gpus: int = 8, **overrides: Any
 ) -> Iterator[list[FleetNode]]:
     """An agent (not started) per node name, closed on exit."""
     nodes: list[FleetNode] = []

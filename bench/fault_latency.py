@@ -56,10 +56,22 @@ def latency_summary(
 
 
 def run_cli(
-    prog: str, description: str, run: Callable[[int, int], dict[str, Any]], argv: list[str] | None
+    prog: str,
+    description: str,
+    run: Callable[[int, int], dict[str, Any]],
+    argv: list[str] | None,
+    *,
+    real_api: Callable[[int, int], dict[str, Any]] | None = None,
 ) -> int:
-    """Parse the shared flags, ``run(nodes, injections)``, print one JSON object or a short summary."""
+    """Parse the shared flags, ``run(nodes, injections)`` (or ``real_api(...)`` with ``--real-api``), print
+    one JSON object or a short summary."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
+    if real_api is not None:
+        parser.add_argument(
+            "--real-api",
+            action="store_true",
+            help="against a real kube-apiserver (tools/build-control-plane.sh) instead of the emulator",
+        )
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_NODES} agents, {QUICK_INJECTIONS} injections"
     )
@@ -70,7 +82,8 @@ def run_cli(
     configure_logging("error", "json")
     nodes = args.nodes or (QUICK_NODES if args.quick else FULL_NODES)
     injections = args.injections or (QUICK_INJECTIONS if args.quick else FULL_INJECTIONS)
-    result = run(nodes, injections)
+    chosen = real_api if real_api is not None and getattr(args, "real_api", False) else run
+    result = chosen(nodes, injections)
     if args.json:
         print(json.dumps(result))
     else:

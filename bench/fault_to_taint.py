@@ -7,19 +7,26 @@ XID 79 on one GPU and times until the watcher sees ``gpuhealth.io/unhealthy`` on
 clears (the agent is woken for a clean reading, the incident closes, the taint goes) before the next one.
 What is measured: NVML event thread -> loop wake-up -> snapshot -> checks -> state machine -> plan ->
 PATCH -> API server -> watch event at another client. The interval plays no part: that is the point.
+
+``--real-api`` runs the same fleet against a real kube-apiserver 1.37 with etcd and kube-controller-manager
+(built by ``tools/build-control-plane.sh``; started and stopped by the tests' ``control_plane`` helper, the
+nodes kept alive by their fake kubelets), so the emulator's figure has a real one beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import urllib3
 from kubernetes import client, watch
 
-from bench.agent_fleet import FleetNode, agent_fleet
+from bench.agent_fleet import ApiServer, FleetNode, agent_fleet
 from bench.fault_latency import latency_summary, run_cli, wait_until_watching
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
@@ -32,7 +39,7 @@ ANCHOR = "NVSentinel's default polling: 15-45 s from fault to cordon (docs/bench
 class TaintWatcher:
     """A separate client's watch of every node: when did each node gain or lose our taint."""
 
-    def __init__(self, sim: KubeSim) -> None:
+    def __init__(self, sim: ApiServer) -> None:
         self._api_client: Any = sim.api_client()
         self._core = client.CoreV1Api(self._api_client)
         self._watch: Any = watch.Watch()  # type: ignore[no-untyped-call]
@@ -85,12 +92,34 @@ def inject_once(node: FleetNode, watcher: TaintWatcher, gpu: int) -> float:
     return seen - started
 
 
-def run(nodes: int, injections: int) -> dict[str, Any]:
-    """Start the fleet, wait until every agent is watching, inject, and summarise the latencies."""
+@contextlib.contextmanager
+def emulated(nodes: int) -> Iterator[tuple[ApiServer, list[str]]]:
+    """The emulated API server, bare (no controllers), with ``nodes`` GPU nodes."""
     with KubeSim(controllers=False) as sim:
-        names = build_fleet(sim.store, nodes)
-        watcher = TaintWatcher(sim).start()
-        with agent_fleet(sim, names) as fleet:
+        yield sim, build_fleet(sim.store, nodes)
+
+
+@contextlib.contextmanager
+def real_control_plane(nodes: int) -> Iterator[tuple[ApiServer, list[str]]]:
+    """etcd + kube-apiserver + kube-controller-manager on loopback, ``nodes`` GPU nodes with fake kubelets."""
+    support = Path(__file__).resolve().parent.parent / "tests" / "support"
+    sys.path.insert(0, str(support))  # the tests' helpers: control_plane, fake_kubelet, realkube
+    from control_plane import ControlPlane, find_binaries
+    from realkube import Cluster
+
+    with ControlPlane(find_binaries()) as plane:
+        cluster = Cluster(plane, nodes=nodes)
+        try:
+            yield plane, cluster.node_names
+        finally:
+            cluster.close()
+
+
+def measure(server: ApiServer, names: list[str], injections: int) -> tuple[list[float], int]:
+    """Start an agent per node, wait until every one is watching, inject; the latencies and API writes."""
+    watcher = TaintWatcher(server).start()
+    try:
+        with agent_fleet(server, names) as fleet:
             for node in fleet:
                 node.agent.start()
             wait_until_watching(node.agent for node in fleet)
@@ -99,13 +128,29 @@ def run(nodes: int, injections: int) -> dict[str, Any]:
                 for i in range(injections)
             ]
             writes = sum(node.executor.writes_total for node in fleet)
+    finally:
         watcher.stop()
+    return latencies, writes
+
+
+def run(nodes: int, injections: int) -> dict[str, Any]:
+    """Against the emulated API: start the fleet, inject, and summarise the latencies."""
+    with emulated(nodes) as (server, names):
+        latencies, writes = measure(server, names, injections)
     return latency_summary("fault_to_taint", nodes, latencies, ANCHOR, api_writes=writes)
+
+
+def run_real(nodes: int, injections: int) -> dict[str, Any]:
+    """The same against a real kube-apiserver 1.37 (``--real-api``)."""
+    with real_control_plane(nodes) as (server, names):
+        latencies, writes = measure(server, names, injections)
+    summary = latency_summary("fault_to_taint", nodes, latencies, ANCHOR, api_writes=writes)
+    return {**summary, "api_server": "kube-apiserver v1.37.2 (etcd v3.7.3)"}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse flags, run, print one JSON object (or a short text summary)."""
-    return run_cli("python -m bench.fault_to_taint", __doc__.splitlines()[0], run, argv)
+    return run_cli("python -m bench.fault_to_taint", __doc__.splitlines()[0], run, argv, real_api=run_real)
 
 
 if __name__ == "__main__":

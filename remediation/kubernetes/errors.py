@@ -16,6 +16,9 @@ from kubernetes.client.exceptions import ApiException
 from remediation.executor import ExecutorSetupError
 
 HTTP_FORBIDDEN = 403
+# A ValidatingAdmissionPolicy whose validation sets no ``reason`` denies with 422 Invalid, not 403.
+HTTP_UNPROCESSABLE = 422
+POLICY_DENIAL = "ValidatingAdmissionPolicy"
 # How the API server words an admission denial (ValidatingAdmissionPolicy, then admission webhooks).
 ADMISSION_MARKERS = ("denied request", "denied the request", "admission webhook")
 POLICY_MESSAGE_CHARS = 200  # the policy's own message, shortened: one log line, one finding message
@@ -33,6 +36,7 @@ class Refusal:
     resource: str
     by_admission: bool
     policy_message: str = ""
+    status: int = HTTP_FORBIDDEN
 
     @property
     def cause(self) -> str:
@@ -43,7 +47,8 @@ class Refusal:
         """One line for the log, the step result and the ``EXECUTOR_FORBIDDEN`` finding (no credential)."""
         if self.by_admission:
             return (
-                f"{self.verb} {self.resource} refused by admission policy (HTTP 403): {self.policy_message}"
+                f"{self.verb} {self.resource} refused by admission policy (HTTP {self.status}): "
+                f"{self.policy_message}"
             )
         return (
             f"Kubernetes RBAC refused the agent's service account (HTTP 403): it may not "
@@ -60,16 +65,27 @@ class KubeForbidden(ApiException):
         self.refusal = refusal
 
 
-def refusal_of(error: ApiException, *, verb: str, resource: str) -> Refusal:
-    """Read a 403's Status body: an admission denial carries the policy's message, RBAC only the verb."""
+def is_refusal(error: ApiException) -> bool:
+    """A 403, or a ValidatingAdmissionPolicy's denial answered as 422 (a validation without ``reason``)."""
+    if error.status == HTTP_FORBIDDEN:
+        return True
     message = _status_message(error)
+    return error.status == HTTP_UNPROCESSABLE and POLICY_DENIAL in message and "denied request" in message
+
+
+def refusal_of(error: ApiException, *, verb: str, resource: str) -> Refusal:
+    """Read a refusal's Status body: an admission denial carries the policy's message, RBAC only the verb."""
+    message = _status_message(error)
+    status = int(error.status or HTTP_FORBIDDEN)
     marker = next((marker for marker in ADMISSION_MARKERS if marker in message), None)
     if marker is None:
-        return Refusal(verb=verb, resource=resource, by_admission=False)
+        return Refusal(verb=verb, resource=resource, by_admission=False, status=status)
     # "... denied request: <the policy's message>": what follows the marker is what the policy says.
     said = message.split(marker, 1)[1].lstrip(" :")
     policy_message = " ".join(said.split())[:POLICY_MESSAGE_CHARS] or "no message"
-    return Refusal(verb=verb, resource=resource, by_admission=True, policy_message=policy_message)
+    return Refusal(
+        verb=verb, resource=resource, by_admission=True, policy_message=policy_message, status=status
+    )
 
 
 def _status_message(error: ApiException) -> str:

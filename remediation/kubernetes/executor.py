@@ -50,9 +50,9 @@ from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
 from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState
 from remediation.kubernetes.errors import (
-    HTTP_FORBIDDEN,
     KubeExecutorError,
     KubeForbidden,
+    is_refusal,
     refusal_of,
 )
 from remediation.kubernetes.idle import gpu_pods
@@ -335,11 +335,12 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
 
 @contextlib.contextmanager
 def _refusal_named(verb: str, resource: str) -> Iterator[None]:
-    """A 403 inside becomes ``KubeForbidden`` naming ``verb`` and ``resource`` (what RBAC must grant)."""
+    """A refusal inside (a 403, or an admission policy's 422) becomes ``KubeForbidden`` naming ``verb`` and
+    ``resource`` (what RBAC must grant, or what the policy refused)."""
     try:
         yield
     except ApiException as error:
-        if error.status != HTTP_FORBIDDEN or isinstance(error, KubeForbidden):
+        if isinstance(error, KubeForbidden) or not is_refusal(error):
             raise
         raise KubeForbidden(error, refusal_of(error, verb=verb, resource=resource)) from error
 

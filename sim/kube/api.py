@@ -32,6 +32,7 @@ import yaml
 
 from sim.kube import errors
 from sim.kube.conversion import from_stored, to_stored
+from sim.kube.defaults import omit_empty
 from sim.kube.disruption import (
     EvictionDecision,
     disruption_target_condition,
@@ -60,6 +61,8 @@ from sim.kube.store import (
     format_timestamp,
 )
 from sim.kube.validation import (
+    validate_core_event_create,
+    validate_job_update,
     validate_metadata,
     validate_name,
     validate_node,
@@ -254,8 +257,8 @@ class KubeApi:
         if not isinstance(metadata, dict):
             raise errors.bad_request("metadata must be a JSON object")
         if metadata.get("resourceVersion"):
-            # The storage layer refuses this before anything else, as an internal error.
-            raise errors.internal("resourceVersion should not be set on objects to be created")
+            # The storage layer refuses this before anything else: a 500 whose Status has no reason.
+            raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
         for server_field in _SERVER_MANAGED_METADATA:
             metadata.pop(server_field, None)
         name = str(metadata.get("name") or "")
@@ -271,6 +274,7 @@ class KubeApi:
                     )
                 ],
             )
+        omit_empty(target.key, obj)
         causes = validate_name(name, label=target.key == "namespaces") if name else []
         causes += validate_metadata(metadata) + self._kind_causes(target, None, obj)
         if causes:
@@ -359,7 +363,11 @@ class KubeApi:
                 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
                 "is required for apply patch"
             )
-            raise ApiError(422, "Invalid", message)
+            cause = errors.field_error(
+                "FieldValueRequired", "fieldManager", "Required value: is required for apply patch"
+            )
+            details = {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [cause]}
+            raise ApiError(422, "Invalid", message, details=details)
         try:
             document = yaml.safe_load(raw.decode() or "null")
         except (yaml.YAMLError, UnicodeDecodeError) as error:
@@ -419,6 +427,7 @@ class KubeApi:
                     ],
                 )
             merged = self._merge_for_subresource(target, old, new)
+            omit_empty(target.key, merged)
             merged["metadata"]["resourceVersion"] = str(current.rv)
             causes = validate_metadata(merged["metadata"]) + self._kind_causes(target, old, merged)
             if causes:
@@ -461,6 +470,10 @@ class KubeApi:
     def _kind_causes(self, target: Target, old: KubeObject | None, new: KubeObject) -> list[dict[str, str]]:
         if target.key == "nodes":
             return validate_node(new)
+        if target.key == "jobs.batch" and old is not None and target.subresource != "status":
+            return validate_job_update(old, new)
+        if target.key == "events" and old is None and not target.resource_type.group:
+            return validate_core_event_create(new, target.namespace)
         if target.key == "pods":
             if old is None:
                 return validate_pod_create(new)

@@ -194,6 +194,15 @@ _INITIAL_STATUS: dict[str, Callable[[KubeObject], dict[str, Any]]] = {
 }
 
 
+def omit_empty(resource: str, obj: KubeObject) -> None:
+    """Drop the zero values Go leaves out (``omitempty``) that clients commonly send: a Node's
+    ``spec.unschedulable: false`` (an uncordon) is stored, and served, as no field at all."""
+    if resource == "nodes":
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and spec.get("unschedulable") is False:
+            del spec["unschedulable"]
+
+
 def initial_status(resource: str, obj: KubeObject) -> dict[str, Any] | None:
     """The status a new object starts with (Go zero values the server serializes), or None for none."""
     make = _INITIAL_STATUS.get(resource)

@@ -45,8 +45,7 @@ __all__ = [
 
 EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 MULTIPLE_PDBS_MESSAGE = (
-    "Internal error occurred: This pod has more than one PodDisruptionBudget, "
-    "which the eviction subresource does not support."
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 )
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 
@@ -84,6 +83,9 @@ class BudgetStatus:
     desired_healthy: int
     current_healthy: int
     disruptions_allowed: int
+    # Set when the controller cannot compute the budget (a percentage or maxUnavailable over pods whose
+    # owner has no scale subresource): it then writes only disruptionsAllowed 0 and a SyncFailed condition.
+    sync_error: str | None = None
 
 
 def is_pod_ready(pod: KubeObject) -> bool:
@@ -186,7 +188,10 @@ def budget_status(
         # allows no disruption at all.
         expected, desired = 0, 0
     if expected is None:
-        return BudgetStatus(0, desired, current_healthy, 0)
+        error = (
+            "the pods' controller has no scale subresource: a percentage or maxUnavailable cannot be computed"
+        )
+        return BudgetStatus(0, desired, current_healthy, 0, sync_error=error)
     allowed = current_healthy - desired
     return BudgetStatus(expected, desired, current_healthy, allowed if expected > 0 and allowed > 0 else 0)
 
@@ -228,7 +233,7 @@ def eviction_decision(
         return _allowed(f"pod is {'terminating' if _is_terminating(pod) else phase}: budgets do not apply")
     covering = matching_pdbs(pod, pdbs)
     if len(covering) > 1:
-        return EvictionDecision(False, 500, "InternalError", MULTIPLE_PDBS_MESSAGE, None)
+        return EvictionDecision(False, 500, "", MULTIPLE_PDBS_MESSAGE, None)  # a Status without reason
     if not covering:
         return _allowed("no PodDisruptionBudget covers the pod")
     pdb = covering[0]

@@ -41,9 +41,10 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         }
+        if self.reason:  # some errors (storage, a pod under two budgets) carry no reason
+            status["reason"] = self.reason
         if self.details is not None:
             status["details"] = self.details
         return status

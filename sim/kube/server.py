@@ -21,6 +21,7 @@ from sim.kube import errors
 from sim.kube.api import KubeApi, Reply, Target, list_query, parse_json_body, parse_selectors
 from sim.kube.errors import ApiError
 from sim.kube.faults import FaultInjector
+from sim.kube.openapi import openapi_v3_document, openapi_v3_index
 from sim.kube.resources import (
     ResourceRegistry,
     UnknownResourceError,
@@ -155,6 +156,8 @@ class KubeApp:
         path = "/".join(segments)
         if path in ("", "healthz", "livez", "readyz", "version", "api", "apis"):
             return self._fixed_documents()[path]()
+        if segments[0] == "openapi":
+            return self._openapi(segments[1:])
         if segments[0] not in ("api", "apis"):
             raise _NOT_FOUND_PATH
         document: Any = None
@@ -166,6 +169,19 @@ class KubeApp:
             document = api_resource_list_document(self.registry, segments[1], segments[2])
         else:
             return None
+        if document is None:
+            raise _NOT_FOUND_PATH
+        return _json(document)
+
+    def _openapi(self, segments: list[str]) -> Response:
+        """``/openapi/v3`` and its group-version documents (``sim/kube/openapi.py``); v2 is not served."""
+        document: Any = None
+        if segments == ["v3"]:
+            document = openapi_v3_index(self.registry)
+        elif len(segments) == 3 and segments[:2] == ["v3", "api"]:
+            document = openapi_v3_document(self.registry, "", segments[2])
+        elif len(segments) == 4 and segments[:2] == ["v3", "apis"]:
+            document = openapi_v3_document(self.registry, segments[2], segments[3])
         if document is None:
             raise _NOT_FOUND_PATH
         return _json(document)

@@ -151,6 +151,18 @@ def validate_node(node: KubeObject) -> list[Cause]:
     return causes
 
 
+def validate_core_event_create(event: KubeObject, namespace: str | None) -> list[Cause]:
+    """A core/v1 Event lives in its involved object's namespace; one about a cluster-scoped object (a
+    Node) in ``default`` (the API server's ``legacyValidateEvent``)."""
+    involved = event.get("involvedObject") or {}
+    involved_namespace = str(involved.get("namespace") or "")
+    own = namespace or ""
+    matches = own == involved_namespace if involved_namespace else own in ("", "default")
+    if matches:
+        return []
+    return [_invalid("involvedObject.namespace", involved_namespace, "does not match event.namespace")]
+
+
 def validate_pod_create(pod: KubeObject) -> list[Cause]:
     """A pod needs at least one container, each with a name and an image."""
     spec = pod.get("spec")
@@ -196,3 +208,36 @@ def validate_pod_update(old: KubeObject, new: KubeObject) -> list[Cause]:
     if old_view != _without_mutable_pod_fields(new_spec, old_tolerations):
         return [field_error("FieldValueForbidden", "spec", f"Forbidden: {_POD_UPDATE_MESSAGE}")]
     return []
+
+
+# A suspended Job that never started may have its pod template's scheduling directives changed (Kueue does, on
+# admission); everything else in the template, and the selector, is immutable (the API reference, JobSpec).
+_JOB_SCHEDULING_DIRECTIVES = ("nodeSelector", "affinity", "tolerations", "schedulingGates")
+
+
+def _template_without_scheduling_directives(template: dict[str, Any]) -> dict[str, Any]:
+    spec = {k: v for k, v in (template.get("spec") or {}).items() if k not in _JOB_SCHEDULING_DIRECTIVES}
+    metadata = {
+        k: v for k, v in (template.get("metadata") or {}).items() if k not in ("labels", "annotations")
+    }
+    return {**template, "spec": spec, "metadata": metadata}
+
+
+def validate_job_update(old: KubeObject, new: KubeObject) -> list[Cause]:
+    """``spec.template`` and ``spec.selector`` of a Job are immutable, but for the scheduling directives
+    (node selector, affinity, tolerations, scheduling gates, labels and annotations) of a suspended Job
+    that has not started."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    causes: list[Cause] = []
+    if old_spec.get("selector") != new_spec.get("selector"):
+        causes.append(_invalid("spec.selector", new_spec.get("selector"), "field is immutable"))
+    old_template, new_template = old_spec.get("template") or {}, new_spec.get("template") or {}
+    if old_template != new_template:
+        unstarted = bool(old_spec.get("suspend")) and not (old.get("status") or {}).get("startTime")
+        if not unstarted or _template_without_scheduling_directives(
+            old_template
+        ) != _template_without_scheduling_directives(new_template):
+            causes.append(
+                field_error("FieldValueInvalid", "spec.template", "Invalid value: field is immutable")
+            )
+    return causes

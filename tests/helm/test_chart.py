@@ -592,6 +592,16 @@ def test_bindings_deny_through_the_policies(render: Render) -> None:
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
 
 
+@pytest.mark.parametrize("values", [{}, {"requeue": {"enabled": True}, "drain": {"enabled": True}}])
+def test_every_validation_denies_with_reason_forbidden(render: Render, values: dict[str, Any]) -> None:
+    """reason Forbidden on every validation: kube-apiserver then answers 403, not its default 422 Invalid
+    (tests/realkube/test_least_privilege.py asserts the status for real)."""
+    for policy in by_kind(render(values), "ValidatingAdmissionPolicy"):
+        assert {v.get("reason") for v in policy["spec"]["validations"]} == {"Forbidden"}, policy["metadata"][
+            "name"
+        ]
+
+
 def test_agent_may_mark_taint_and_annotate_its_own_node(policies: dict[str, PolicyUnderTest]) -> None:
     """The agent's normal work on its own node is allowed: node patch and status patch."""
     nodes = policies["nodes"]

@@ -190,6 +190,28 @@ def test_an_admission_policy_403_says_refused_by_admission_policy_with_the_polic
     assert (error["cause"], error["verb"], error["resource"]) == ("admission", "patch", "nodes")
 
 
+def test_a_policy_denial_answered_422_is_an_admission_refusal_and_holds(
+    executor: KubernetesExecutor, sim: KubeSim
+) -> None:
+    """A ValidatingAdmissionPolicy whose validation sets no ``reason`` denies with 422 Invalid (kube-apiserver,
+    tests/realkube): still a refusal of this agent's change, so the same single error line, the policy's
+    words, the status as the server gave it, and the hold (no second request within it)."""
+    invalid = ADMISSION_MESSAGE.replace("is forbidden", "is invalid")
+    sim.faults.inject(verb="patch", resource="nodes", status=422, seconds=86_400, message=invalid)
+
+    with capture_logs() as logs:
+        first = executor.apply([SetStateLabel("unhealthy")]).results[0]
+        requests = executor.requests_total
+        second = executor.apply([SetStateLabel("unhealthy")]).results[0]
+
+    assert not first.ok and not second.ok
+    assert executor.requests_total == requests, "a write was sent during the hold"
+    problem = executor.problem or ""
+    assert "refused by admission policy (HTTP 422)" in problem and POLICY_SAYS in problem
+    [error] = errors_in(logs)
+    assert error["cause"] == "admission"
+
+
 def test_a_webhook_denial_is_an_admission_refusal_too() -> None:
     """``admission webhook "..." denied the request: ...`` reads as admission, with the webhook's words."""
     body = (

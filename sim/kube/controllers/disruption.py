@@ -2,7 +2,9 @@
 
 "Specifying a Disruption Budget" → "Check the status of the PDB": ``currentHealthy``, ``desiredHealthy``,
 ``expectedPods``, ``disruptionsAllowed``, ``observedGeneration`` and the ``DisruptionAllowed`` condition
-(reason ``SufficientPods`` / ``InsufficientPods``). The arithmetic is :mod:`sim.kube.disruption`; replica
+(reason ``SufficientPods`` / ``InsufficientPods``; or ``SyncFailed``, with only ``disruptionsAllowed: 0``
+written, when a percentage or ``maxUnavailable`` covers pods whose owner has no scale subresource, such as
+a Job, as the real controller's failSafe does). The arithmetic is :mod:`sim.kube.disruption`; replica
 counts of ReplicaSets, StatefulSets and ReplicationControllers come from their ``spec.replicas``.
 """
 
@@ -51,6 +53,23 @@ class DisruptionController:
         for pdb in budgets:
             figures = budget_status(pdb, pods, controller_replicas=replicas)
             status = copy.deepcopy(pdb.get("status") or {})
+            if figures.sync_error is not None:
+                # failSafe: only disruptionsAllowed 0 and the condition; observedGeneration is not advanced.
+                status["disruptionsAllowed"] = 0
+                failed = {
+                    "type": "DisruptionAllowed",
+                    "status": "False",
+                    "reason": "SyncFailed",
+                    "message": figures.sync_error,
+                    "observedGeneration": status.get("observedGeneration", 0),
+                }
+                set_condition(status, failed, format_time(store))
+                status.setdefault("disruptedPods", {})
+                if status != (pdb.get("status") or {}):
+                    updated = writable(pdb)
+                    updated["status"] = status
+                    try_update(store, "poddisruptionbudgets.policy", updated)
+                continue
             status.update(
                 currentHealthy=figures.current_healthy,
                 desiredHealthy=figures.desired_healthy,

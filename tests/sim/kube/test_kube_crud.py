@@ -337,6 +337,40 @@ def test_pod_node_name_is_immutable(core: client.CoreV1Api) -> None:
     assert _status(error)["details"]["causes"][0]["reason"] == "FieldValueForbidden"
 
 
+def _job(name: str, *, suspend: bool = False) -> dict[str, Any]:
+    container = {"name": "c", "image": "trainer:1"}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": suspend,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+
+
+def test_a_jobs_pod_template_is_immutable(api_client: client.ApiClient) -> None:
+    """JobSpec (API reference): the pod template cannot change (422, spec.template), as kube-apiserver 1.37
+    answers in tests/realkube/test_differential.py."""
+    batch = client.BatchV1Api(api_client)
+    batch.create_namespaced_job("default", _job("j1"))
+    change = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "trainer:2"}]}}}}
+    error = _raises(batch.patch_namespaced_job, "j1", "default", change)
+    assert error.status == 422
+    assert _status(error)["details"]["causes"][0]["field"] == "spec.template"
+
+
+def test_a_suspended_unstarted_jobs_scheduling_directives_may_change(api_client: client.ApiClient) -> None:
+    """JobSpec: while suspended and never started, node selector, affinity, tolerations, scheduling gates and
+    the template's labels and annotations are mutable (what Kueue does on admission); the image is not."""
+    batch = client.BatchV1Api(api_client)
+    batch.create_namespaced_job("default", _job("j2", suspend=True))
+    directives = {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a"}}}}}
+    patched = batch.patch_namespaced_job("j2", "default", directives)
+    assert patched.spec.template.spec.node_selector == {"pool": "a"}
+    change = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "trainer:2"}]}}}}
+    assert _raises(batch.patch_namespaced_job, "j2", "default", change).status == 422
+
+
 def test_pod_binding_sets_node_name_once(core: client.CoreV1Api) -> None:
     """Pod binding subresource (scheduler API, API reference "Binding"): sets spec.nodeName; a second
     binding is 409 Conflict."""

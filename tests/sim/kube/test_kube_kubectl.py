@@ -208,16 +208,11 @@ def test_kubectl_drain_is_held_by_a_pod_disruption_budget(live_sim: KubeSim, kub
 
 def test_kubectl_client_side_apply_creates_then_patches(live_sim: KubeSim, kubectl: Kubectl) -> None:
     """kubectl apply (client-side): create with the last-applied annotation, then a strategic merge patch
-    that also removes fields dropped from the file. (No OpenAPI document is served: --validate=false.)"""
+    that also removes fields dropped from the file (validation on, as by default)."""
     manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  labels: {a: b}\ndata:\n  x: '1'\n"
-    kubectl("apply", "--validate=false", "-f", "-", stdin=manifest)
-    kubectl(
-        "apply",
-        "--validate=false",
-        "-f",
-        "-",
-        stdin=manifest.replace("{a: b}", "{c: d}").replace("'1'", "'2'"),
-    )
+    kubectl("apply", "-f", "-", stdin=manifest)
+    second = kubectl("apply", "-f", "-", stdin=manifest.replace("{a: b}", "{c: d}").replace("'1'", "'2'"))
+    assert "warning" not in second.stderr.lower()
     stored = kubectl.json("get", "configmap", "cfg")
     assert stored["data"] == {"x": "2"}
     assert stored["metadata"]["labels"] == {"c": "d"}
@@ -228,6 +223,42 @@ def test_kubectl_server_side_apply_creates_and_updates(live_sim: KubeSim, kubect
     """Server-Side Apply (https://kubernetes.io/docs/reference/using-api/server-side-apply/), simplified:
     apply-patch+yaml creates a missing object and merges into an existing one."""
     manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  x: '1'\n"
-    kubectl("apply", "--server-side", "--validate=false", "-f", "-", stdin=manifest)
-    kubectl("apply", "--server-side", "--validate=false", "-f", "-", stdin=manifest.replace("'1'", "'3'"))
+    kubectl("apply", "--server-side", "-f", "-", stdin=manifest)
+    kubectl("apply", "--server-side", "-f", "-", stdin=manifest.replace("'1'", "'3'"))
     assert kubectl.json("get", "configmap", "ssa")["data"] == {"x": "3"}
+
+
+JOB_MANIFEST = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: trainer:1
+        resources:
+          limits:
+            nvidia.com/gpu: "8"
+"""
+
+
+def test_kubectl_apply_of_a_job_validates_on_the_server_through_the_openapi_v3_document(
+    live_sim: KubeSim, kubectl: Kubectl
+) -> None:
+    """``kubectl apply -f job.yaml`` with validation on (the default, Strict): kubectl reads /openapi/v3 and
+    the batch/v1 document, finds that the Job's PATCH takes ``fieldValidation`` (cli-runtime's
+    QueryParamVerifierV3) and sends ``fieldValidation=Strict`` instead of downloading /openapi/v2."""
+    created = kubectl("apply", "-f", "-", "-v=6", stdin=JOB_MANIFEST)
+
+    assert "job.batch/train created" in created.stdout
+    requests = created.stderr
+    assert "/openapi/v3" in requests and "/openapi/v3/apis/batch/v1" in requests
+    assert "/openapi/v2" not in requests
+    assert "fieldValidation=Strict" in requests
+    job = kubectl.json("get", "job", "train")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "trainer:1"
+    assert "unchanged" in kubectl("apply", "-f", "-", stdin=JOB_MANIFEST).stdout

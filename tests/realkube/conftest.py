@@ -1,0 +1,63 @@
+"""Fixtures of the tests against a real control plane (etcd, kube-apiserver, kube-controller-manager).
+
+One control plane per test process (session scope, like the PostgreSQL server of the aggregator tests);
+each test gets its own nodes and namespace on it (``realkube.Cluster``). Without the binaries these tests
+skip with one line saying how to build them, except in CI (``CI`` set), where that fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from control_plane import ControlPlane, ControlPlaneUnavailable, find_binaries
+from kubernetes import client
+from realkube import Cluster, RealGpuNode
+
+from gpuhealth.core.clock import ManualClock
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + kube-controller-manager on loopback; stopped and removed at the end."""
+    try:
+        binaries = find_binaries()
+    except ControlPlaneUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    with ControlPlane(binaries) as plane:
+        yield plane
+
+
+@pytest.fixture
+def cluster(control_plane: ControlPlane) -> Iterator[Cluster]:
+    """Two GPU nodes of this test (fake kubelets) and a namespace, on the shared control plane."""
+    made = Cluster(control_plane, nodes=2)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def gpu_node(cluster: Cluster, clock: ManualClock, tmp_path: Path) -> Iterator[RealGpuNode]:
+    """The first node of the cluster with 8 fake H100s and its agent (admin credentials), started on use."""
+    api_client = cluster.plane.api_client()
+    node = RealGpuNode(cluster, cluster.node_names[0], clock, tmp_path / "state", api_client)
+    yield node
+    node.close()
+    api_client.close()
+
+
+@pytest.fixture
+def human(cluster: Cluster) -> Iterator[client.CoreV1Api]:
+    """A person with kubectl: another identity (system:masters) on the same API server."""
+    api_client = cluster.plane.api_client(user="alice", groups=("system:masters",))
+    yield client.CoreV1Api(api_client)
+    api_client.close()

