@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from executor_defaults import ExecutorDefaults
+from executor_defaults import PerfectNode
 from live_aggregator import LiveAggregator, free_port
 from waiting import HANG_GUARD_S, wait_until
 
@@ -26,35 +26,11 @@ from gpuhealth.core.aggregator_api import Report
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.findings import Action, Status, Verdict
 from gpuhealth.core.health import NodeState
-from gpuhealth.core.steps import ApplyReport, Cordon, NodeFacts, RequestPermit, SetTaint, Step, StepResult
+from gpuhealth.core.steps import Cordon, RequestPermit, SetTaint, Step
 from remediation.aggregator_client import AggregatorClient
-from remediation.plan import facts_after
 
 NODE = "gpu-node-0"
 TOKEN = "unit-test-token"
-
-
-class FakeNode(ExecutorDefaults):
-    """A node executor that takes every step as a perfect API server would (``facts_after``)."""
-
-    def __init__(self) -> None:
-        self.node = NodeFacts()
-        self.applied: list[Step] = []
-
-    def facts(self) -> NodeFacts:
-        return self.node
-
-    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
-        if not dry_run:
-            self.node = facts_after(self.node, steps)
-            self.applied.extend(steps)
-        return ApplyReport(results=[StepResult(step=step, ok=True) for step in steps])
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        return False
-
-    def close(self) -> None:
-        return None
 
 
 @pytest.fixture
@@ -88,7 +64,7 @@ def make_agent(
         aggregator={"url": url, "token_file": token_file, "heartbeat_s": 60.0, **section},
     )
     library = nvml or FakeNvml("h100_sxm", 8, seed=7, node_name=NODE)
-    return build_agent(settings, library=library, clock=clock, executor=FakeNode())
+    return build_agent(settings, library=library, clock=clock, executor=PerfectNode())
 
 
 @pytest.fixture
@@ -267,7 +243,7 @@ def test_a_dry_run_reports_its_planned_steps_as_dry_run(
         aggregator={"url": aggregator.url},
     )
     nvml = FakeNvml("h100_sxm", 8, seed=7, node_name=NODE)
-    agent = build_agent(settings, library=nvml, clock=clock, executor=FakeNode())
+    agent = build_agent(settings, library=nvml, clock=clock, executor=PerfectNode())
     try:
         agent.tick()
         report = link_of(agent).outbox.pending()[-1]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from executor_defaults import ExecutorDefaults
+from executor_defaults import PerfectNode
 from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DcgmiStopped, run_diag
@@ -25,8 +25,7 @@ from agent.recovery.validation import DcgmiValidator
 from agent.settings import AgentSettings, HttpSettings
 from agent.wiring import build_agent
 from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import ApplyReport, NodeFacts, Step, StepResult, Validate
-from remediation.plan import facts_after
+from gpuhealth.core.steps import Validate
 from remediation.recovery_plan import RecoveryRules
 
 NODE = "gpu-node-0"
@@ -69,26 +68,6 @@ def wait_gone(pids: Sequence[int]) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
-class FakeNode(ExecutorDefaults):
-    """The orchestrator executor seam: takes every step as a perfect API server would."""
-
-    def __init__(self) -> None:
-        self.node = NodeFacts()
-
-    def facts(self) -> NodeFacts:
-        return self.node
-
-    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
-        self.node = facts_after(self.node, steps)
-        return ApplyReport(results=[StepResult(step=step, ok=True) for step in steps])
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        return False
-
-    def close(self) -> None:
-        return None
-
-
 def test_agent_stop_ends_a_running_deep_diagnostic_and_its_children(tmp_path: Path) -> None:
     """A forced on-demand run starts (node tainted ``testing``); Agent.stop kills dcgmi and the process it
     spawned; the run stays recorded so the next start reports it interrupted."""
@@ -102,7 +81,7 @@ def test_agent_stop_ends_a_running_deep_diagnostic_and_its_children(tmp_path: Pa
     )
     clock = ManualClock(start=datetime(2026, 12, 2, tzinfo=UTC))
     nvml = FakeNvml("h100_sxm", 2, seed=7, node_name=NODE)
-    agent = build_agent(settings, library=nvml, clock=clock, executor=FakeNode())
+    agent = build_agent(settings, library=nvml, clock=clock, executor=PerfectNode())
     diagnostics = agent.parts.diagnostics
     assert diagnostics is not None
     agent.tick()  # a first healthy pass
@@ -115,7 +94,7 @@ def test_agent_stop_ends_a_running_deep_diagnostic_and_its_children(tmp_path: Pa
 
     assert wait_gone(running) == []
     assert diagnostics.wait(HANG_GUARD_S), "the diagnostic's thread outlived the agent"
-    again = build_agent(settings, library=nvml, clock=clock, executor=FakeNode())
+    again = build_agent(settings, library=nvml, clock=clock, executor=PerfectNode())
     assert again.parts.diagnostics is not None
     notes = [note.message for note in again.parts.diagnostics.news()]
     assert any("interrupted by an agent restart" in note for note in notes)
@@ -132,7 +111,7 @@ def test_recovering_executor_close_ends_a_running_validation_diagnostic(tmp_path
     parts = LocalRecoveryParts(
         resetter=GpuResetter(nvml, actions.reset_gpu), actions=actions, rules=RecoveryRules()
     )
-    executor = RecoveringExecutor(FakeNode(), LocalRecovery(NODE, parts))
+    executor = RecoveringExecutor(PerfectNode(), LocalRecovery(NODE, parts))
     (result,) = executor.apply([Validate("inc-1", after="reset")]).results
     assert result.pending and result.ok
     running = started_pids(pids)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import resource
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from executor_defaults import ExecutorDefaults
+from executor_defaults import PerfectNode
 from structlog.testing import capture_logs
 
 from agent.aggregator_link import AggregatorLink
@@ -23,8 +23,6 @@ from agent.wiring import build_agent
 from gpuhealth.core.aggregator_api import ActionTaken, Report
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.findings import Action, Status, Verdict
-from gpuhealth.core.steps import ApplyReport, NodeFacts, Step, StepResult
-from remediation.plan import facts_after
 
 NODE = "gpu-node-0"
 
@@ -91,26 +89,6 @@ def test_an_acknowledgement_not_written_keeps_the_report_queued_in_memory_as_on_
     assert seqs(outbox) == seqs(ReportOutbox(path)) == [1, 2, 3]
 
 
-class FakeNode(ExecutorDefaults):
-    """A node executor that takes every step as a perfect API server would."""
-
-    def __init__(self) -> None:
-        self.node = NodeFacts()
-
-    def facts(self) -> NodeFacts:
-        return self.node
-
-    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
-        self.node = facts_after(self.node, steps)
-        return ApplyReport(results=[StepResult(step=step, ok=True) for step in steps])
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        return False
-
-    def close(self) -> None:
-        return None
-
-
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[Agent]:
     token_file = tmp_path / "token"
@@ -123,7 +101,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     )
     clock = ManualClock(start=datetime(2026, 3, 1, tzinfo=UTC))
     built = build_agent(
-        settings, library=FakeNvml("h100_sxm", 2, seed=7, node_name=NODE), clock=clock, executor=FakeNode()
+        settings, library=FakeNvml("h100_sxm", 2, seed=7, node_name=NODE), clock=clock, executor=PerfectNode()
     )
     yield built
     built.close()
@@ -182,7 +160,7 @@ def test_the_agents_metrics_count_what_was_set_aside(tmp_path: Path, agent: Agen
         settings,
         library=FakeNvml("h100_sxm", 2, seed=7, node_name=NODE),
         clock=ManualClock(start=datetime(2026, 3, 1, tzinfo=UTC)),
-        executor=FakeNode(),
+        executor=PerfectNode(),
     )
     try:
         registry = restarted.metrics.registry
