@@ -80,6 +80,15 @@ class KernelLogSettings(_Section):
     path: str = Field(default=DEFAULT_KMSG_PATH, description="The kmsg device (or a FIFO) when source=kmsg.")
 
 
+class FabricSettings(_Section):
+    """Fabric readings: InfiniBand / RoCE ports from sysfs, SXid and NIC link lines (docs/fabric.md)."""
+
+    enabled: bool = Field(default=True, description="Add the fabric readings to every snapshot.")
+    sysfs_root: Path = Field(
+        default=Path("/sys/class/infiniband"), description="Where the RDMA devices are listed (sysfs)."
+    )
+
+
 class DcgmExporterSettings(_Section):
     """Scrape dcgm-exporter's /metrics and judge it with the NVML checks (off by default)."""
 
@@ -209,6 +218,7 @@ class AgentSettings(BaseSettings):
     kernel_log: KernelLogSettings = Field(
         default_factory=KernelLogSettings, description="Kernel-log XID follower."
     )
+    fabric: FabricSettings = Field(default_factory=FabricSettings, description="Fabric readings.")
     http: HttpSettings = Field(default_factory=HttpSettings, description="Metrics and health endpoint.")
     dcgm: DcgmSettings = Field(default_factory=DcgmSettings, description="DCGM sources (optional).")
     diagnostics: DiagnosticsSettings = Field(
