@@ -168,6 +168,8 @@ def _sxids(events: Iterable[SxidEvent], settings: FabricConfig) -> list[Finding]
     fatal: list[str] = []
     other: list[str] = []
     for event in events:
+        if event.severity is None:  # a detail line ("Severity 1 Engine instance ...", "Data {...}")
+            continue
         text = f"SXid {event.sxid}" + (f" on nvswitch{event.switch}" if event.switch is not None else "")
         (fatal if event.severity == "fatal" else other).append(text)
     findings: list[Finding] = []
