@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
 from agent.diagnostics_settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
 from agent.state_machine import DebounceConfig
@@ -85,7 +86,7 @@ class FabricSettings(_Section):
 
     enabled: bool = Field(default=True, description="Add the fabric readings to every snapshot.")
     sysfs_root: Path = Field(
-        default=Path("/sys/class/infiniband"), description="Where the RDMA devices are listed (sysfs)."
+        default=DEFAULT_SYSFS_ROOT, description="Where the RDMA devices are listed (sysfs)."
     )
 
 

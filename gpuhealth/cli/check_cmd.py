@@ -97,12 +97,14 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
             return load_snapshot(args.snapshot)
         except SnapshotError as exc:
             raise CliError(str(exc), EXIT_UNKNOWN) from exc
+    from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
     from agent.backends.nvml_backend import NvmlBackend
+    from agent.fabric import FabricSource
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
     ) as backend:
-        return backend.snapshot()
+        return FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
 
 
 def _read_dcgm_page(location: str) -> str | Finding:
