@@ -22,7 +22,6 @@ support (``fabric`` null) is no signal, never a fault.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -206,9 +205,11 @@ def _node_finding(check: str, *, status: Status, code: str, message: str, action
 
 @dataclass(frozen=True)
 class PortHistory:
-    """One port lately: counter readings in the windows, kernel-log link-down times in the flap window."""
+    """One port lately: its last counter reading, the counters' increases in time buckets covering the
+    windows (bounded: at most ``BUCKETS_PER_WINDOW`` per flap window), and kernel-log link-down times."""
 
-    samples: tuple[tuple[datetime, Mapping[str, int]], ...] = ()
+    last: Mapping[str, int] = field(default_factory=dict)
+    buckets: tuple[tuple[datetime, Mapping[str, int]], ...] = ()
     downs: tuple[datetime, ...] = ()
 
 
@@ -239,15 +240,15 @@ def judge_fabric_trends(
         key = port_key(port)
         history = _advance(memory.ports.get(key, PortHistory()), port, readings.link_events, now, settings)
         histories[key] = history
-        flap_samples = _since(history.samples, now - timedelta(seconds=settings.flap_window_s))
-        error_samples = _since(history.samples, now - timedelta(seconds=settings.error_window_s))
-        flaps = max(len(history.downs), _increase(flap_samples, "link_downed"))
+        flaps = max(
+            len(history.downs), _increase(history, "link_downed", now, settings.flap_window_s, settings)
+        )
         if flaps >= settings.flap_threshold:
             flapping.append(f"{key} ({flaps} link downs in {settings.flap_window_s:.0f} s)")
         over = [
             f"{name} +{increase}"
             for name, limit in sorted(settings.error_thresholds.items())
-            if (increase := _increase(error_samples, name)) >= limit
+            if (increase := _increase(history, name, now, settings.error_window_s, settings)) >= limit
         ]
         if over:
             noisy.append(f"{key}: {', '.join(over)}")
@@ -296,41 +297,47 @@ def _vanished(gone: frozenset[str], settings: FabricConfig) -> list[Finding]:
     ]
 
 
+BUCKETS_PER_WINDOW = 16
+"""Increases are summed per time bucket of (the shorter window / this); memory stays bounded per port."""
+
+
+def _bucket_s(settings: FabricConfig) -> float:
+    return min(settings.flap_window_s, settings.error_window_s) / BUCKETS_PER_WINDOW
+
+
 def _advance(
     history: PortHistory, port: IbPort, events: list[LinkEvent], now: datetime, settings: FabricConfig
 ) -> PortHistory:
     counters = {**(port.counters or {}), **(port.hw_counters or {})}
+    # A counter lower than last time was reset (driver reload, reboot): it counts from zero.
+    rises = {
+        name: value - history.last[name] if value >= history.last[name] else value
+        for name, value in counters.items()
+        if name in history.last
+    }
+    width = _bucket_s(settings)
+    start = datetime.fromtimestamp(now.timestamp() // width * width, tz=now.tzinfo)
+    oldest = now - timedelta(seconds=max(settings.error_window_s, settings.flap_window_s) + width)
+    buckets = [bucket for bucket in history.buckets if bucket[0] >= oldest]
+    if any(rises.values()):
+        if buckets and buckets[-1][0] == start:
+            merged = dict(buckets[-1][1])
+            for name, rise in rises.items():
+                merged[name] = merged.get(name, 0) + rise
+            buckets[-1] = (start, merged)
+        else:
+            buckets.append((start, {name: rise for name, rise in rises.items() if rise}))
     flap_start = now - timedelta(seconds=settings.flap_window_s)
-    window = max(settings.error_window_s, settings.flap_window_s)
-    samples = _since((*history.samples, (now, counters)), now - timedelta(seconds=window))
     downs = [at for at in history.downs if at >= flap_start]
     downs.extend(
         event.at or now
         for event in events
         if not event.up and port.netdev is not None and event.netdev == port.netdev
     )
-    return PortHistory(samples=tuple(samples), downs=tuple(downs))
+    return PortHistory(last=counters, buckets=tuple(buckets), downs=tuple(downs))
 
 
-Samples = tuple[tuple[datetime, Mapping[str, int]], ...]
-
-
-def _since(samples: Samples, start: datetime) -> Samples:
-    """The samples from ``start`` on, and the last one before it: increases are measured from that one."""
-    kept = list(samples)
-    while len(kept) > 1 and kept[1][0] <= start:
-        kept.pop(0)
-    return tuple(kept)
-
-
-def _increase(samples: Samples, name: str) -> int:
-    """How much a counter rose across the samples; a drop is a reset (driver reload, reboot) from zero."""
-    total = 0
-    for (_, before), (_, after) in itertools.pairwise(samples):
-        if name not in after:
-            continue
-        old, new = before.get(name), after[name]
-        if old is None:
-            continue
-        total += new - old if new >= old else new
-    return total
+def _increase(history: PortHistory, name: str, now: datetime, window_s: float, settings: FabricConfig) -> int:
+    """How much a counter rose in the buckets that overlap the window (a bucket counts whole)."""
+    start = now - timedelta(seconds=window_s + _bucket_s(settings))
+    return sum(rises.get(name, 0) for at, rises in history.buckets if at > start)

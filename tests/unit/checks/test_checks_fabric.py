@@ -222,3 +222,15 @@ def test_trends_need_a_time_and_fabric_readings() -> None:
 
 def test_ib_port_model_keeps_the_kernels_strings() -> None:
     assert IbPort.model_validate(port("mlx5_0")).state == "4: ACTIVE"
+
+
+def test_the_memory_per_port_stays_bounded_over_a_long_run() -> None:
+    """A day of 10 s passes keeps at most the buckets that cover the longer window, not every reading."""
+    memory = FabricMemory()
+    findings: list[Finding] = []
+    for step in range(8640):
+        at = T0 + timedelta(seconds=10 * step)
+        snapshot = fabric_node(port("mlx5_0", counters=counters(symbol_error=step)), at=at)
+        findings, memory = judge(memory, snapshot)
+    assert len(memory.ports["mlx5_0/1"].buckets) <= 100
+    assert codes(findings) == ["IB_ERROR_RATE"]  # 360 symbol errors an hour: over 100
