@@ -32,47 +32,56 @@ PORT_COUNTERS: Final[tuple[str, ...]] = (
 
 def read_ib_ports(root: Path = DEFAULT_SYSFS_ROOT) -> list[IbPort] | None:
     """Every port of every RDMA device under ``root``, sorted; None when the tree is absent."""
+    base = os.fspath(root)
     try:
-        devices = sorted(entry.name for entry in os.scandir(root))
+        devices = sorted(entry.name for entry in os.scandir(base))
     except OSError:
         return None
     ports: list[IbPort] = []
     for device in devices:
-        ports.extend(_device_ports(root / device, device))
+        ports.extend(_device_ports(f"{base}/{device}", device))
     return ports
 
 
-def _device_ports(path: Path, device: str) -> list[IbPort]:
+def _device_ports(path: str, device: str) -> list[IbPort]:
     try:
-        numbers = sorted(int(entry.name) for entry in os.scandir(path / "ports") if entry.name.isdigit())
+        numbers = sorted(int(entry.name) for entry in os.scandir(f"{path}/ports") if entry.name.isdigit())
     except OSError:
         return []
     netdevs = _netdevs(path)
-    return [_port(path / "ports" / str(number), device, number, netdevs.get(number)) for number in numbers]
+    return [_port(f"{path}/ports/{number}", device, number, netdevs.get(number)) for number in numbers]
 
 
-def _port(path: Path, device: str, number: int, netdev: str | None) -> IbPort:
+def _port(path: str, device: str, number: int, netdev: str | None) -> IbPort:
     return IbPort(
         device=device,
         port=number,
-        state=_text(path / "state"),
-        phys_state=_text(path / "phys_state"),
-        rate=_text(path / "rate"),
-        link_layer=_text(path / "link_layer"),
+        state=_text(f"{path}/state"),
+        phys_state=_text(f"{path}/phys_state"),
+        rate=_text(f"{path}/rate"),
+        link_layer=_text(f"{path}/link_layer"),
         netdev=netdev,
-        counters=_counters(path / "counters", PORT_COUNTERS),
-        hw_counters=_counters(path / "hw_counters", None),
+        counters=_counters(f"{path}/counters", PORT_COUNTERS),
+        hw_counters=_counters(f"{path}/hw_counters", None),
     )
 
 
-def _text(path: Path) -> str | None:
+def _text(path: str) -> str | None:
+    """A sysfs attribute's value, stripped; None when it cannot be read (os.read: sysfs files are small)."""
     try:
-        return path.read_text(encoding="ascii", errors="replace").strip() or None
+        descriptor = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        raw = os.read(descriptor, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return raw.decode("ascii", errors="replace").strip() or None
 
 
-def _counters(path: Path, names: tuple[str, ...] | None) -> dict[str, int] | None:
+def _counters(path: str, names: tuple[str, ...] | None) -> dict[str, int] | None:
     """The integer counters in a directory (only ``names`` when given); None when it does not exist."""
     try:
         present = sorted(entry.name for entry in os.scandir(path) if entry.is_file())
@@ -81,21 +90,21 @@ def _counters(path: Path, names: tuple[str, ...] | None) -> dict[str, int] | Non
     wanted = present if names is None else [name for name in names if name in present]
     values: dict[str, int] = {}
     for name in wanted:
-        text = _text(path / name)
+        text = _text(f"{path}/{name}")
         if text is not None and text.isdigit():
             values[name] = int(text)
     return values
 
 
-def _netdevs(device_path: Path) -> dict[int, str]:
+def _netdevs(device_path: str) -> dict[int, str]:
     """Port number -> network interface, from ``device/net/<if>/dev_port`` (0-based) when the tree has it."""
     found: dict[int, str] = {}
     try:
-        interfaces = sorted(entry.name for entry in os.scandir(device_path / "device" / "net"))
+        interfaces = sorted(entry.name for entry in os.scandir(f"{device_path}/device/net"))
     except OSError:
         return found
     for interface in interfaces:
-        text = _text(device_path / "device" / "net" / interface / "dev_port")
+        text = _text(f"{device_path}/device/net/{interface}/dev_port")
         port = int(text) + 1 if text is not None and text.isdigit() else 1
         found.setdefault(port, interface)
     return found
