@@ -275,11 +275,8 @@ def judge_fabric_trends(
                 action=action,
             )
         )
-    # A vanished device stays remembered (and reported) until it is listed again.
-    remembered = (
-        devices | memory.devices if readings.ib_ports is None else devices | (memory.devices - devices)
-    )
-    return findings, FabricMemory(ports=histories, devices=remembered)
+    # A vanished device stays remembered (and reported) until it is listed again or the agent restarts.
+    return findings, FabricMemory(ports=histories, devices=devices | memory.devices)
 
 
 def _vanished(gone: frozenset[str], settings: FabricConfig) -> list[Finding]:
