@@ -19,7 +19,12 @@ from agent.backends.kernel_log.followers import (
 from agent.backends.kernel_log.journal import parse_journal_entry, parse_journal_json_line
 from agent.backends.kernel_log.kmsg import KmsgRecord, parse_kmsg_record
 from agent.backends.kernel_log.link_state import parse_link_line
-from agent.backends.kernel_log.parse import parse_kernel_log, parse_xid_line, read_kernel_log
+from agent.backends.kernel_log.parse import (
+    parse_kernel_log,
+    parse_xid_line,
+    read_fabric_lines,
+    read_kernel_log,
+)
 from agent.backends.kernel_log.sxid import parse_sxid_line
 from gpuhealth.core.snapshot import SxidEvent
 
@@ -43,5 +48,6 @@ __all__ = [
     "parse_link_line",
     "parse_sxid_line",
     "parse_xid_line",
+    "read_fabric_lines",
     "read_kernel_log",
 ]

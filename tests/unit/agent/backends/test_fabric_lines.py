@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
 from repo_paths import FIXTURES
 
-from agent.backends.kernel_log import parse_kernel_log, parse_link_line, parse_sxid_line
+from agent.backends.kernel_log import (
+    KernelLogError,
+    parse_kernel_log,
+    parse_link_line,
+    parse_sxid_line,
+    read_fabric_lines,
+)
 
 LOG = FIXTURES / "fabric" / "dmesg-mlx5-flap-sxid.txt"
 
@@ -37,3 +47,20 @@ def test_sxid_lines_carry_the_drivers_severity_word() -> None:
 def test_fabric_lines_never_become_gpu_xids() -> None:
     events = parse_kernel_log(LOG.read_text())
     assert [event.xid for event in events] == [79]
+
+
+def test_a_saved_log_gives_its_fabric_lines_plain_gzip_or_journald_json(tmp_path: Path) -> None:
+    """read_fabric_lines (gpuhealth check --kernel-log): the same SXids and link lines in every form."""
+    text = LOG.read_text()
+    packed = tmp_path / "dmesg.txt.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text(
+        "".join(json.dumps({"MESSAGE": line, "_TRANSPORT": "kernel"}) + "\n" for line in text.splitlines())
+    )
+    for path in (LOG, packed, journal):
+        sxids, links = read_fabric_lines(path)
+        assert [event.sxid for event in sxids] == [20009, 24007, 24007, 20034], path
+        assert [event.up for event in links] == [False, True, False, True, True], path
+    with pytest.raises(KernelLogError):
+        read_fabric_lines(tmp_path / "absent.txt")
