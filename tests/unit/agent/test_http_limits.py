@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -82,6 +83,17 @@ class BlocksUntil(Collector):
         yield family
 
 
+@pytest.fixture
+def debug_logging() -> Iterator[None]:
+    """structlog's defaults (every level) for the test, whatever an earlier test's ``main()`` configured:
+    a logger filtered at warning drops the debug line before ``capture_logs`` sees it."""
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("debug_logging")
 def test_a_client_gone_before_the_answer_is_one_debug_line_not_a_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
