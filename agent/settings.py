@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
 from agent.diagnostics_settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
 from agent.state_machine import DebounceConfig
@@ -78,6 +79,15 @@ class KernelLogSettings(_Section):
         default="kmsg", description="Read /dev/kmsg records, or run journalctl -k -f -o json."
     )
     path: str = Field(default=DEFAULT_KMSG_PATH, description="The kmsg device (or a FIFO) when source=kmsg.")
+
+
+class FabricSettings(_Section):
+    """Fabric readings: InfiniBand / RoCE ports from sysfs, SXid and NIC link lines (docs/fabric.md)."""
+
+    enabled: bool = Field(default=True, description="Add the fabric readings to every snapshot.")
+    sysfs_root: Path = Field(
+        default=DEFAULT_SYSFS_ROOT, description="Where the RDMA devices are listed (sysfs)."
+    )
 
 
 class DcgmExporterSettings(_Section):
@@ -215,6 +225,7 @@ class AgentSettings(BaseSettings):
     kernel_log: KernelLogSettings = Field(
         default_factory=KernelLogSettings, description="Kernel-log XID follower."
     )
+    fabric: FabricSettings = Field(default_factory=FabricSettings, description="Fabric readings.")
     http: HttpSettings = Field(default_factory=HttpSettings, description="Metrics and health endpoint.")
     dcgm: DcgmSettings = Field(default_factory=DcgmSettings, description="DCGM sources (optional).")
     diagnostics: DiagnosticsSettings = Field(

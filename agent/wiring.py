@@ -26,6 +26,7 @@ from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
 from agent.diagnostics import DiagnosticsRunner, IdleProbe
 from agent.diagnostics_state import DiagnosticsStore
+from agent.fabric import FabricEvents, FabricSource, FabricTrends
 from agent.loop import Agent, AgentParts, FindingSource
 from agent.metrics import AgentMetrics
 from agent.permit_gate import PermitGate
@@ -90,13 +91,16 @@ def build_agent(
         clock=chosen_clock.now,
         xid_buffer=buffer,
     )
+    fabric = FabricSource(backend, sysfs_root=settings.fabric.sysfs_root) if settings.fabric.enabled else None
     feed = XidFeed(
         wake=wake,
         nvml_buffer=buffer,
         watcher_factory=lambda sink: XidWatcher(
             nvml_library, sink=sink, clock=chosen_clock.now, timeout_ms=XID_WAIT_MS
         ),
-        follower_factory=_follower_factory(settings.kernel_log),
+        follower_factory=_follower_factory(
+            settings.kernel_log, fabric.events if fabric is not None else None
+        ),
         monotonic=chosen_clock.monotonic,
     )
     _ensure_directory(settings.state_dir)
@@ -108,7 +112,7 @@ def build_agent(
     sources, source_closers = _dcgm_sources(settings.dcgm, settings, chosen_clock)
     chosen_executor = executor or _executor(settings, api_client, chosen_clock)
     parts = AgentParts(
-        source=backend,
+        source=fabric if fabric is not None else backend,
         executor=with_recovery(chosen_executor, settings, nvml_library, actions=recovery_actions, wake=wake),
         state_machine=HealthStateMachine(node, settings.debounce, clock=chosen_clock.now, initial=saved),
         policy=settings.policy,
@@ -120,7 +124,11 @@ def build_agent(
         link=link,
         permits=permits,
         recovery=settings.recovery.rules(),
-        finding_sources=(*sources, *_executor_problem_sources(chosen_executor)),
+        finding_sources=(
+            *sources,
+            *((FabricTrends(settings.checks),) if fabric is not None else ()),
+            *_executor_problem_sources(chosen_executor),
+        ),
         diagnostics=diagnostics_runner(settings, chosen_executor, chosen_clock, wake),
     )
     metrics = AgentMetrics(node)
@@ -308,17 +316,18 @@ def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:
     return DrainSetup(drain_policy=settings.drain, requeue_policy=settings.requeue, clock=clock)
 
 
-def _follower_factory(settings: KernelLogSettings) -> Any:
+def _follower_factory(settings: KernelLogSettings, fabric: FabricEvents | None) -> Any:
     if not settings.enabled:
         return None
+    sink = fabric.push if fabric is not None else None
     if settings.source == "journal":
 
         def journal(callback: XidCallback) -> EventThread:
-            return JournalFollower(callback)
+            return JournalFollower(callback, fabric=sink)
 
         return journal
 
     def kmsg(callback: XidCallback) -> EventThread:
-        return KmsgFollower(callback, path=settings.path)
+        return KmsgFollower(callback, path=settings.path, fabric=sink)
 
     return kmsg

@@ -3,9 +3,10 @@
 ``python -m bench.agent_resources [--quick] [--seconds S] --json`` starts ``gpuhealth sim kube`` in another
 process (so the API server's cost is not counted), then runs one agent in this process exactly as
 ``gpuhealth agent`` wires it (real loop, NVML backend, XID watcher thread, node watch, HTTP endpoint) on an
-8 x H100 fake NVML. After a warm-up it samples the resident set size and measures the CPU time this
-process used over the window: ``cpu_percent`` is of one core. The fake NVML runs in-process, so its cost
-is counted as the agent's (on a real node the driver's share is in the kernel).
+8 x H100 fake NVML with 8 fake InfiniBand ports (fabric readings and trends on every pass). After a
+warm-up it samples the resident set size and measures the CPU time this process used over the window:
+``cpu_percent`` is of one core. The fake NVML runs in-process, so its cost is counted as the agent's (on a
+real node the driver's share is in the kernel).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.backends.fake_infiniband import FakeInfiniband
 from agent.backends.fake_nvml import FakeNvml
-from agent.settings import AgentSettings, HttpSettings, KubernetesSettings
+from agent.settings import AgentSettings, FabricSettings, HttpSettings, KubernetesSettings
 from agent.wiring import build_agent
 from gpuhealth.core.logging import configure_logging
 
@@ -29,6 +31,7 @@ FULL_SECONDS, QUICK_SECONDS = 300.0, 30.0
 WARMUP_S = 12.0
 SAMPLE_EVERY_S = 5.0
 NODE = "gpu-node-0"
+IB_PORTS = 8
 TARGET_RSS_MIB, TARGET_CPU_PERCENT = 80.0, 1.0
 MIB = 1024 * 1024
 
@@ -94,11 +97,13 @@ def _measure(root: Path, kubeconfig: Path, seconds: float) -> dict[str, Any]:
     from agent.http import AgentHttpServer
 
     rss_before = rss_bytes()
+    infiniband = FakeInfiniband(root / "sysfs-infiniband", IB_PORTS)
     settings = AgentSettings(
         node_name=NODE,
         state_dir=root / "state",
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         http=HttpSettings(host="127.0.0.1", port=0),
+        fabric=FabricSettings(sysfs_root=infiniband.root),
     )
     agent = build_agent(settings, library=FakeNvml("h100_sxm", 8, seed=1, node_name=NODE))
     server = AgentHttpServer(
@@ -125,6 +130,7 @@ def _measure(root: Path, kubeconfig: Path, seconds: float) -> dict[str, Any]:
     return {
         "benchmark": "agent_resources",
         "gpus": 8,
+        "ib_ports": IB_PORTS,
         "interval_s": settings.interval_s,
         "window_s": round(wall, 1),
         "ticks": ticks,

@@ -194,6 +194,65 @@ class PersistenceConfig(_Section):
     )
 
 
+class FabricConfig(_Section):
+    """InfiniBand / RoCE ports, the GPUs' NVLink fabric and NVSwitch SXids (checks/fabric.py)."""
+
+    expected_active_ports: int | None = Field(
+        default=None,
+        ge=0,
+        description="IB / RoCE ports that must be ACTIVE / LinkUp; unset: inferred from sibling ports.",
+    )
+    infer_from_siblings: bool = Field(
+        default=True,
+        description="Unset expected count: a port down while more of its link-layer siblings are up is down.",
+    )
+    ignore_port_patterns: tuple[str, ...] = Field(
+        default=(),
+        description="Regexes on '<device>/<port>' or the netdev of ports to leave out (uncabled management).",
+    )
+    expected_ib_devices: int | None = Field(
+        default=None, ge=0, description="RDMA devices the node must list; unset: only a vanished one counts."
+    )
+    port_down_action: Action = Field(
+        default=Action.REPLACE, description="Action for a port down (cable, optic or HCA: a technician)."
+    )
+    device_missing_action: Action = Field(
+        default=Action.REPLACE, description="Action for an RDMA device that vanished or is missing."
+    )
+    flap_window_s: float = Field(
+        default=600.0, gt=0, description="Window in which link downs of one port are counted (seconds)."
+    )
+    flap_threshold: int = Field(
+        default=3, ge=1, description="Link downs of one port in the window that make it flapping."
+    )
+    flap_action: Action = Field(default=Action.REPLACE, description="Action for a flapping port.")
+    error_window_s: float = Field(
+        default=3600.0, gt=0, description="Window over which error-counter increases are summed (seconds)."
+    )
+    error_thresholds: dict[str, int] = Field(
+        default_factory=lambda: {
+            "symbol_error": 100,
+            "link_error_recovery": 10,
+            "port_rcv_errors": 100,
+            "local_link_integrity_errors": 10,
+            "excessive_buffer_overrun_errors": 10,
+            "port_xmit_discards": 1000,
+        },
+        description="Counter -> increase within the window that is over threshold (hw_counters names too).",
+    )
+    error_rate_action: Action = Field(
+        default=Action.NONE, description="Action for error counters over threshold (warn: a degrading link)."
+    )
+    fabric_manager_action: Action = Field(
+        default=Action.RESET_GPU,
+        description="Action for a GPU whose NVLink fabric registration is not completed or failed.",
+    )
+    sxid_fatal_action: Action = Field(
+        default=Action.DRAIN_AND_RESET,
+        description="Action for a fatal NVSwitch SXid (NVIDIA: reset the GPUs and switches).",
+    )
+
+
 class ChecksConfig(BaseModel):
     """All check settings; ``ChecksConfig()`` is the documented default."""
 
@@ -213,6 +272,9 @@ class ChecksConfig(BaseModel):
         default_factory=RecoveryActionConfig, description="NVML recovery action."
     )
     persistence: PersistenceConfig = Field(default_factory=PersistenceConfig, description="Persistence mode.")
+    fabric: FabricConfig = Field(
+        default_factory=FabricConfig, description="InfiniBand / RoCE, NVLink fabric, NVSwitch."
+    )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> ChecksConfig:

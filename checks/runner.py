@@ -9,6 +9,7 @@ import structlog
 
 from checks.base import CheckFunction
 from checks.config import ChecksConfig
+from checks.fabric import check_fabric
 from checks.memory import check_ecc, check_retired_pages, check_row_remap
 from checks.nvlink import check_nvlink
 from checks.pcie import check_pcie
@@ -44,6 +45,7 @@ CHECKS: tuple[RegisteredCheck, ...] = (
     RegisteredCheck("thermal", check_thermal),
     RegisteredCheck("recovery_action", check_recovery_action),
     RegisteredCheck("persistence", check_persistence),
+    RegisteredCheck("fabric", check_fabric),
 )
 """Every check, in the fixed order they run."""
 

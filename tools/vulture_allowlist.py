@@ -62,6 +62,8 @@ _.RELEASE  # RequestKind member, reached through its value "release" on the wire
 _.volatile_corrected  # snapshot v1 field (docs/snapshot.md), part of the published schema
 _.aggregate_corrected  # snapshot v1 field
 _.power_w  # snapshot v1 field
+_.clique_id  # snapshot v1 extension: the GPU's NVLink clique (docs/snapshot.md), read by people and tools
+_.cluster_uuid  # snapshot v1 extension: the GPU's NVLink domain (docs/snapshot.md)
 _.sequence  # KmsgRecord field: the /dev/kmsg sequence number, kept with the parsed record
 _.sxid  # SxidEvent field (docs/kernel-log.md)
 _.switch  # SxidEvent field
@@ -99,6 +101,7 @@ _.advance  # ManualClock.advance
 _.gpu_uuids  # FakeNvml: the UUIDs it hands out (tests)
 _.initialised  # FakeNvml: whether nvmlInit was called (tests)
 _.set_power  # FakeNvml fault injection (docs/snapshot.md, "Fault injection")
+_.reset_counters  # FakeInfiniband: counters back to 0 as after a reboot (tests of rate reset handling)
 _.enable_mig  # FakeNvml fault injection
 _.fail_gpu  # FakeNvml fault injection
 _.fail_call  # FakeNvml fault injection

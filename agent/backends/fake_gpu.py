@@ -65,6 +65,9 @@ class FakeGpu:
     retirement_pending: bool = False
     pcie_replays: int = 0
     recovery_action: int = 0
+    fabric_state: int = nvml.NVML_GPU_FABRIC_STATE_COMPLETED  # when the profile has a GPU fabric
+    fabric_status: int = nvml.NVML_SUCCESS
+    fabric_clique: int = 1
     mig_enabled: bool = False
     lost: bool = False
     lookup_fails_when_lost: bool = True

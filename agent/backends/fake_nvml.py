@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 from agent.backends import nvml
 from agent.backends.fake_gpu import CLOCKS_EVENT_REASONS, FakeGpu, FakeLink, new_gpu
@@ -386,6 +386,19 @@ class FakeNvml:
             gpu = self._device(handle, "nvmlDeviceGetComputeRunningProcesses")
             return [FakeProcessInfo(pid, used) for pid, used in sorted(gpu.processes.items())]
 
+    def nvmlDeviceGetGpuFabricInfo(self, device: object, gpuFabricInfo: Any) -> int:
+        """Fills the caller's nvmlGpuFabricInfo_t (through its reference) as NVML does; NOT_SUPPORTED where
+        the profile has no NVSwitch fabric (PCIe boards, older baseboards)."""
+        with self._lock:
+            gpu = self._device(device, "nvmlDeviceGetGpuFabricInfo")
+            if not self.profile.gpu_fabric:
+                _raise(nvml.NVML_ERROR_NOT_SUPPORTED)
+            info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)
+            info.state = gpu.fabric_state
+            info.status = gpu.fabric_status
+            info.cliqueId = gpu.fabric_clique
+            return nvml.NVML_SUCCESS
+
     # --- pynvml: events --------------------------------------------------------------------------------
 
     def nvmlEventSetCreate(self) -> FakeEventSet:
@@ -595,6 +608,18 @@ class FakeNvml:
             mask |= CLOCKS_EVENT_REASONS[reason]
         self.set_clocks_event_reasons(gpu, mask)
 
+    def fail_fabric(
+        self,
+        gpu: int | str,
+        *,
+        state: int = nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+        status: int = nvml.NVML_ERROR_UNKNOWN,
+    ) -> None:
+        """The GPU's fabric registration failed (completed with an error status) or never finished."""
+        with self._lock:
+            target = self.gpu(gpu)
+            target.fabric_state, target.fabric_status = state, status
+
     def set_recovery_action(self, gpu: int | str, action: int) -> None:
         """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 reset, 2 reboot, 3 drain P2P, 4 drain and reset."""
         with self._lock:
@@ -660,6 +685,10 @@ class FakeNvml:
             target.recovery_action = 0
             target.links = [FakeLink() for _ in target.links]
             target.clocks_event_reasons = CLOCKS_EVENT_REASONS["gpu_idle"]
+            target.fabric_state, target.fabric_status = (
+                nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+                nvml.NVML_SUCCESS,
+            )
 
     def clear_faults(self, gpu: int | str) -> None:
         """The GPU repaired: a reset, plus it is back on the bus, its PCIe link at full width and speed,

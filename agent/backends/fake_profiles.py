@@ -30,6 +30,7 @@ class GpuProfile:
     page_retirement: bool  # before Ampere
     recovery_action_field: bool  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION known to the driver
     memory_temperature: bool  # NVML_FI_DEV_MEMORY_TEMP answers
+    gpu_fabric: bool = False  # nvmlDeviceGetGpuFabricInfo answers (NVSwitch baseboards with Fabric Manager)
     missing_functions: frozenset[str] = frozenset()  # absent from this driver's libnvidia-ml
 
 
@@ -54,6 +55,7 @@ PROFILES: Final[dict[str, GpuProfile]] = {
             page_retirement=False,
             recovery_action_field=True,
             memory_temperature=True,
+            gpu_fabric=True,
         ),
         GpuProfile(
             key="h200_sxm",
@@ -71,6 +73,7 @@ PROFILES: Final[dict[str, GpuProfile]] = {
             page_retirement=False,
             recovery_action_field=True,
             memory_temperature=True,
+            gpu_fabric=True,
         ),
         GpuProfile(
             key="a100_pcie",

@@ -19,6 +19,7 @@ NVML's real error classes and constants from here and never imports ``pynvml`` i
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
@@ -69,6 +70,10 @@ NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: Final[int] = pynvml.NVML_VALUE_TYPE_UNSIGNED
 NVML_VALUE_TYPE_SIGNED_LONG_LONG: Final[int] = pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG
 NVML_VALUE_TYPE_SIGNED_INT: Final[int] = pynvml.NVML_VALUE_TYPE_SIGNED_INT
 NVML_VALUE_TYPE_UNSIGNED_SHORT: Final[int] = getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6)
+NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_NOT_SUPPORTED", 0)
+NVML_GPU_FABRIC_STATE_NOT_STARTED: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_NOT_STARTED", 1)
+NVML_GPU_FABRIC_STATE_IN_PROGRESS: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_IN_PROGRESS", 2)
+NVML_GPU_FABRIC_STATE_COMPLETED: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_COMPLETED", 3)
 nvmlEventTypeXidCriticalError: Final[int] = pynvml.nvmlEventTypeXidCriticalError  # noqa: N816 (pynvml's name)
 nvmlTemperature_v1: Final[int] = getattr(pynvml, "nvmlTemperature_v1", 0x100000C)  # noqa: N816 (pynvml's name)
 
@@ -174,10 +179,21 @@ class NvmlLibrary(Protocol):
     def nvmlDeviceGetNvLinkErrorCounter(self, device: Any, link: int, counter: int) -> int: ...
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> Sequence[Any]: ...
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None: ...
     def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any: ...
     def nvmlEventSetFree(self, eventSet: Any) -> None: ...
+
+
+def gpu_fabric_info_request() -> tuple[Any, Any]:
+    """An empty ``nvmlGpuFabricInfo_t`` and the reference to pass to ``nvmlDeviceGetGpuFabricInfo``.
+
+    NVML fills the structure in place (``clusterUuid``, ``status``, ``cliqueId``, ``state``); the fake NVML
+    fills the same structure through the same reference (its ``_obj``).
+    """
+    info = pynvml.c_nvmlGpuFabricInfo_t()
+    return info, ctypes.byref(info)
 
 
 def real_library() -> NvmlLibrary:

@@ -27,6 +27,7 @@ from agent.backends.nvml import (
     NVML_FEATURE_ENABLED,
     NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
     NVML_FI_DEV_MEMORY_TEMP,
+    NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
     NVML_MEMORY_ERROR_TYPE_CORRECTED,
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
     NVML_NVLINK_ERROR_DL_CRC_DATA,
@@ -50,10 +51,12 @@ from agent.backends.nvml import (
     NvmlLibrary,
     error_code,
     error_name,
+    gpu_fabric_info_request,
     nvml_text,
 )
 from gpuhealth.core.snapshot import (
     EccCounters,
+    GpuFabric,
     GpuSnapshot,
     NvLinkState,
     PcieLink,
@@ -313,6 +316,28 @@ def _read_fields(reader: GpuReader) -> tuple[int | None, int | None]:
     )
 
 
+def read_fabric(reader: GpuReader) -> GpuFabric | None:
+    """The GPU's NVLink fabric registration; None where NVML does not support it (no NVSwitch fabric)."""
+    info, reference = gpu_fabric_info_request()
+    if reader.value("nvmlDeviceGetGpuFabricInfo", reference) is None:
+        return None
+    state = _as_int(info.state)
+    if state is None or state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        return None
+    uuid_bytes = bytes(info.clusterUuid)
+    return GpuFabric(
+        state=state,
+        status=_as_int(info.status),
+        clique_id=_as_int(info.cliqueId),
+        cluster_uuid=None if not any(uuid_bytes) else _uuid_text(uuid_bytes),
+    )
+
+
+def _uuid_text(raw: bytes) -> str:
+    digits = raw.hex()
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:32]}"
+
+
 def read_details(reader: GpuReader, index: int, identity: Identity, uuid: str) -> GpuSnapshot:
     """Every field of one GPU's snapshot; raises GpuLost or NvmlUninitialised to stop reading it."""
     persistence = reader.value("nvmlDeviceGetPersistenceMode")
@@ -335,4 +360,5 @@ def read_details(reader: GpuReader, index: int, identity: Identity, uuid: str) -
         pcie=_read_pcie(reader),
         nvlink=read_nvlink(reader),
         recovery_action=recovery_action,
+        fabric=read_fabric(reader),
     )

@@ -17,7 +17,7 @@ from gpuhealth.cli.common import default_node_name, load_yaml_mapping
 from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.render import print_verdict
 from gpuhealth.core.findings import Finding, Verdict
-from gpuhealth.core.snapshot import NodeSnapshot
+from gpuhealth.core.snapshot import FabricReadings, NodeSnapshot
 
 if TYPE_CHECKING:
     from checks.config import ChecksConfig
@@ -97,12 +97,14 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
             return load_snapshot(args.snapshot)
         except SnapshotError as exc:
             raise CliError(str(exc), EXIT_UNKNOWN) from exc
+    from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
     from agent.backends.nvml_backend import NvmlBackend
+    from agent.fabric import FabricSource
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
     ) as backend:
-        return backend.snapshot()
+        return FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
 
 
 def _read_dcgm_page(location: str) -> str | Finding:
@@ -167,13 +169,30 @@ def _diag_file_findings(path: str, snapshot: NodeSnapshot) -> list[Finding]:
 
 
 def _with_kernel_log(snapshot: NodeSnapshot, path: str) -> NodeSnapshot:
-    from agent.backends.kernel_log import KernelLogError, attach_kernel_xids, read_kernel_log
+    from agent.backends.kernel_log import (
+        KernelLogError,
+        attach_kernel_xids,
+        read_fabric_lines,
+        read_kernel_log,
+    )
 
     try:
         events = read_kernel_log(path)
+        sxids, links = read_fabric_lines(path)
     except KernelLogError as exc:
         raise CliError(str(exc), EXIT_UNKNOWN) from exc
-    return attach_kernel_xids(snapshot, events)
+    with_xids = attach_kernel_xids(snapshot, events)
+    if not sxids and not links:
+        return with_xids
+    # The log's NVSwitch SXids and NIC link lines join the snapshot's fabric readings (docs/fabric.md).
+    fabric = with_xids.fabric or FabricReadings()
+    merged = fabric.model_copy(
+        update={
+            "sxid_events": [*fabric.sxid_events, *sxids],
+            "link_events": [*fabric.link_events, *links],
+        }
+    )
+    return with_xids.model_copy(update={"fabric": merged})
 
 
 def _print(verdict: Verdict, snapshot: NodeSnapshot, *, as_json: bool) -> None:

@@ -29,12 +29,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
+    from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
     from agent.backends.nvml_backend import NvmlBackend
+    from agent.fabric import FabricSource
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
     ) as backend:
-        snapshot = backend.snapshot()
+        snapshot = FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
     text = snapshot.to_json() + "\n"
     if args.output:
         write_atomically(args.output, text)

@@ -111,6 +111,23 @@ class NvLinkState(_Model):
     crc_errors: int | None = None
 
 
+class GpuFabric(_Model):
+    """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfo): NVSwitch systems only.
+
+    ``state`` is NVML's fabric state (1 not started, 2 in progress, 3 completed; 0 "not supported" is stored
+    as a null ``fabric``); ``status`` is the NVML return code of the registration once completed (0 success).
+    """
+
+    state: int | None = Field(
+        default=None, description="NVML_GPU_FABRIC_STATE_*: 1 not started, 2 in progress, 3 completed."
+    )
+    status: int | None = Field(
+        default=None, description="NVML return code of the fabric registration (0 = success)."
+    )
+    clique_id: int | None = Field(default=None, description="The NVLink clique (partition) the GPU is in.")
+    cluster_uuid: str | None = Field(default=None, description="The NVLink domain (cluster) UUID, if set.")
+
+
 class GpuSnapshot(_Model):
     """One GPU in a snapshot. Only ``index`` and ``uuid`` are required."""
 
@@ -143,6 +160,76 @@ class GpuSnapshot(_Model):
     xid_events: Annotated[list[XidEvent], BeforeValidator(_none_as_empty_list)] = Field(
         default_factory=list, description="XIDs seen since the previous snapshot, newest last."
     )
+    fabric: GpuFabric | None = Field(
+        default=None,
+        description="NVLink fabric state (NVSwitch systems); null when NVML does not support it here.",
+    )
+
+
+class IbPort(_Model):
+    """One InfiniBand / RoCE port, read from /sys/class/infiniband/<device>/ports/<port>/.
+
+    ``state`` and ``phys_state`` keep the kernel's text (``4: ACTIVE``, ``5: LinkUp``); ``counters`` holds
+    the standard port counters that exist (``link_downed``, ``symbol_error``, ...), ``hw_counters`` the
+    driver's own (``hw_counters/`` directory), each null when the directory is absent. Counters are
+    lifetime totals since the driver loaded: checks judge their rates between readings.
+    """
+
+    device: str = Field(description="The RDMA device, e.g. mlx5_0.")
+    port: int = Field(description="The port number (1-based).")
+    state: str | None = Field(default=None, description="Logical state as sysfs prints it, e.g. '4: ACTIVE'.")
+    phys_state: str | None = Field(
+        default=None, description="Physical state as sysfs prints it, e.g. '5: LinkUp'."
+    )
+    rate: str | None = Field(
+        default=None, description="Link rate as sysfs prints it, e.g. '400 Gb/sec (4X NDR)'."
+    )
+    link_layer: str | None = Field(default=None, description="InfiniBand or Ethernet (RoCE).")
+    netdev: str | None = Field(default=None, description="The network interface of the port, when known.")
+    counters: dict[str, int] | None = Field(default=None, description="Standard port counters present.")
+    hw_counters: dict[str, int] | None = Field(default=None, description="Driver hw_counters present.")
+
+
+class LinkEvent(_Model):
+    """A NIC port's link going down or up, from a kernel-log line (mlx5_core ``Link down`` / ``Link up``)."""
+
+    up: bool = Field(description="True for Link up, False for Link down.")
+    at: UtcDatetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
+    pci_bus_id: str | None = Field(default=None, description="The NIC function's PCI address as printed.")
+    netdev: str | None = Field(default=None, description="The interface named by the line, if any.")
+    message: str | None = Field(default=None, description="The line's text after the driver prefix.")
+
+
+SxidSeverity = Literal["fatal", "non-fatal"]
+
+
+class SxidEvent(_Model):
+    """One NVSwitch error (an SXid) from the nvidia-nvswitch driver's kernel-log line."""
+
+    sxid: int = Field(description="The SXid number, e.g. 12028.")
+    switch: int | None = Field(default=None, description="N of the nvidia-nvswitchN device, when printed.")
+    pci_bus_id: str | None = Field(default=None, description="The switch's PCI address as printed.")
+    severity: SxidSeverity | None = Field(
+        default=None, description="fatal or non-fatal, as the line says; null when it does not."
+    )
+    message: str | None = Field(default=None, description="The text after the SXid number.")
+    at: UtcDatetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
+
+
+class FabricReadings(_Model):
+    """The node's fabric beyond the GPUs: InfiniBand / RoCE ports, NIC link events and NVSwitch SXids.
+
+    ``ib_ports`` is null when the node has no /sys/class/infiniband tree (no RDMA devices, or not readable):
+    no signal, never a fault. The event lists hold what was seen since the previous snapshot.
+    """
+
+    ib_ports: list[IbPort] | None = Field(default=None, description="Every IB / RoCE port; null: no tree.")
+    link_events: Annotated[list[LinkEvent], BeforeValidator(_none_as_empty_list)] = Field(
+        default_factory=list, description="NIC link down / up lines since the previous snapshot."
+    )
+    sxid_events: Annotated[list[SxidEvent], BeforeValidator(_none_as_empty_list)] = Field(
+        default_factory=list, description="NVSwitch SXids since the previous snapshot, newest last."
+    )
 
 
 def _require_schema_key(schema: JsonDict) -> None:
@@ -170,6 +257,10 @@ class NodeSnapshot(_Model):
             "XIDs that could not be tied to a listed GPU, e.g. a kernel-log line naming a PCI address that "
             "NVML no longer enumerates because the GPU fell off the bus (extension to v1; optional)."
         ),
+    )
+    fabric: FabricReadings | None = Field(
+        default=None,
+        description="InfiniBand / RoCE ports, NIC link events and NVSwitch SXids (v1 extension; optional).",
     )
 
     model_config = ConfigDict(

@@ -8,10 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.backends.fake_infiniband import FakeInfiniband
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.fake_structs import FakeEventData, FakeEventSet
 from agent.loop import Agent
-from agent.settings import AgentSettings, HttpSettings
+from agent.settings import AgentSettings, FabricSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.plan import RemediationPolicy
@@ -55,6 +56,7 @@ class SimNode:
     name: str
     nvml: FakeNvml
     agent: Agent
+    infiniband: FakeInfiniband | None = None
 
 
 def scaled_knobs(fleet: Fleet) -> AgentKnobs:
@@ -101,6 +103,8 @@ def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_fi
             "timeout_s": AGGREGATOR_TIMEOUT_S,
         },
         http=HttpSettings(enabled=False),
+        # Each node's own fake sysfs tree (absent when the fleet has no IB ports), never the host's.
+        fabric=FabricSettings(sysfs_root=state_root / name / "sysfs-infiniband"),
         log_level="error",
     )
 
@@ -135,8 +139,12 @@ def start_agents(
     for index, name in enumerate(names):
         library = FakeNvml if threaded else PooledFleetNvml
         nvml = library(fleet.gpu_profile, fleet.gpus_per_node, seed=index, node_name=name)
-        agent = orchestrator.build_agent(settings(name), nvml)
-        nodes.append(SimNode(name, nvml, agent.start() if threaded else agent))
+        node_settings = settings(name)
+        infiniband = (
+            FakeInfiniband(node_settings.fabric.sysfs_root, fleet.ib_ports) if fleet.ib_ports else None
+        )
+        agent = orchestrator.build_agent(node_settings, nvml)
+        nodes.append(SimNode(name, nvml, agent.start() if threaded else agent, infiniband))
         progress(index + 1, len(names))
     if threaded:
         return RunningFleet(nodes, None)

@@ -27,7 +27,7 @@ from sim.scenario.agents import (
     wait_ready,
 )
 from sim.scenario.expectations import Look, World, expected_text, look_safely
-from sim.scenario.faults import apply_gpu_fault, describe_fault
+from sim.scenario.faults import FabricFaultError, apply_fault, describe_fault
 from sim.scenario.identities import DemoIdentities
 from sim.scenario.kube_orchestrator import KubernetesOrchestrator
 from sim.scenario.model import (
@@ -348,7 +348,11 @@ class _Player:
         applied = ClearFault() if action.repair else fault
         started = time.monotonic()
         for name in targets:
-            apply_gpu_fault(self.nodes[name].nvml, injection.gpu, applied)
+            node = self.nodes[name]
+            try:
+                apply_fault(node.nvml, node.infiniband, injection.gpu, applied)
+            except FabricFaultError as exc:
+                raise ScenarioRunError(f"injection {injection.label()}: {exc}") from None
             if action.play == 0 and not action.repair and not isinstance(fault, ClearFault):
                 self.probe.watch(injection.label(), name, started)
         where = ", ".join(targets[:4]) + (f" (+{len(targets) - 4})" if len(targets) > 4 else "")

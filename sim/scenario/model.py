@@ -103,6 +103,12 @@ class Fleet(_Strict):
     gpu_profile: Literal["h100_sxm", "h200_sxm", "a100_pcie", "v100_sxm2"] = Field(
         default="h100_sxm", description="Fake GPU model (agent/backends/fake_profiles.py)."
     )
+    ib_ports: int = Field(
+        default=0,
+        ge=0,
+        le=32,
+        description="Fake InfiniBand ports per node (mlx5_0 ..., one each, all up); 0: no sysfs tree.",
+    )
     aggregator: AggregatorKnobs = Field(default_factory=AggregatorKnobs)
     agent: AgentKnobs = Field(default_factory=AgentKnobs)
 
@@ -264,8 +270,58 @@ class TemperatureFault(_Strict):
     memory_c: int | None = None
 
 
+class IbPortDownFault(_Strict):
+    """InfiniBand port ``port`` (device mlx5_<port>) goes down and stays down."""
+
+    kind: Literal["ib_port_down"] = "ib_port_down"
+    port: int = Field(default=0, ge=0, description="Which port: the node's mlx5_<port>.")
+    phys_state: Literal["disabled", "polling"] = Field(
+        default="disabled", description="Physical state shown: 3: Disabled or 2: Polling (no peer)."
+    )
+
+
+class IbFlapFault(_Strict):
+    """The port's link goes down and up ``times`` times (link_downed rises; the port ends up)."""
+
+    kind: Literal["ib_flap"] = "ib_flap"
+    port: int = Field(default=0, ge=0, description="Which port: the node's mlx5_<port>.")
+    times: int = Field(default=1, ge=1, description="Link downs in this play.")
+
+
+class IbErrorsFault(_Strict):
+    """A burst of one error counter on the port."""
+
+    kind: Literal["ib_errors"] = "ib_errors"
+    port: int = Field(default=0, ge=0, description="Which port: the node's mlx5_<port>.")
+    counter: Literal[
+        "symbol_error",
+        "link_error_recovery",
+        "port_rcv_errors",
+        "local_link_integrity_errors",
+        "excessive_buffer_overrun_errors",
+        "port_xmit_discards",
+    ] = Field(default="symbol_error", description="The counter that rises.")
+    count: int = Field(default=1000, ge=1, description="By how much.")
+
+
+class IbDeviceGoneFault(_Strict):
+    """The RDMA device vanishes from sysfs (HCA off the bus, driver unbound)."""
+
+    kind: Literal["ib_device_gone"] = "ib_device_gone"
+    port: int = Field(default=0, ge=0, description="Which device: the node's mlx5_<port>.")
+
+
+class FabricManagerFault(_Strict):
+    """The GPU's NVLink fabric registration failed, or never finished (Fabric Manager down)."""
+
+    kind: Literal["fabric_manager"] = "fabric_manager"
+    state: Literal["failed", "not_started", "in_progress"] = Field(
+        default="failed", description="failed: completed with an error; else the state it is stuck in."
+    )
+
+
 class ClearFault(_Strict):
-    """The GPU repaired (what a reset clears, back on the bus, full PCIe link)."""
+    """The GPU repaired (what a reset clears, back on the bus, full PCIe link) and the node's IB ports up."""
 
     kind: Literal["clear"] = "clear"
 
@@ -299,6 +355,11 @@ GpuFault = (
     | ThrottleFault
     | RecoveryActionFault
     | TemperatureFault
+    | IbPortDownFault
+    | IbFlapFault
+    | IbErrorsFault
+    | IbDeviceGoneFault
+    | FabricManagerFault
     | ClearFault
 )
 Fault = Annotated[GpuFault | ApiOutageFault | AggregatorOutageFault, Field(discriminator="kind")]

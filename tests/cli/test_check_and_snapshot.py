@@ -116,6 +116,21 @@ def test_kernel_log_xids_are_merged_into_the_verdict(run_cli: RunCli, tmp_path: 
     assert len(xid) == 1 and xid[0]["gpu"] == snapshot["gpus"][3]["uuid"] and xid[0]["action"] == "reboot"
 
 
+def test_a_fatal_nvswitch_sxid_in_the_kernel_log_fails_the_node(run_cli: RunCli) -> None:
+    """Post-mortem: the saved dmesg of an HGX node with a fatal SXid -> NVSWITCH_SXID_FATAL, exit 2; its
+    XID 79 line names a PCI address the snapshot lacks and stays an XID (never an SXid)."""
+    log = FIXTURES / "fabric" / "dmesg-mlx5-flap-sxid.txt"
+    result = run_cli(
+        "check", "--snapshot", str(SNAPSHOTS / "h100-sxm-healthy.json"), "--kernel-log", str(log), "--json"
+    )
+    verdict = json.loads(result.stdout)
+    assert result.returncode == 2
+    codes = {f["code"]: f for f in verdict["findings"]}
+    assert codes["NVSWITCH_SXID_FATAL"]["action"] == "drain_and_reset"
+    assert codes["NVSWITCH_SXID_FATAL"]["check"] == "nvswitch"
+    assert "NVSWITCH_SXID_NONFATAL" in codes
+
+
 def test_a_missing_kernel_log_is_one_line_exit_3(run_cli: RunCli, tmp_path: Path) -> None:
     result = run_cli(
         "check",

@@ -22,9 +22,10 @@ from typing import Any, Generic, TypeVar
 from kubernetes import client
 from waiting import HANG_GUARD_S
 
+from agent.backends.fake_infiniband import FakeInfiniband
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
-from agent.settings import AgentSettings, HttpSettings
+from agent.settings import AgentSettings, FabricSettings, HttpSettings
 from agent.state_machine import DebounceConfig
 from agent.wiring import build_agent
 from gpuhealth.core.clock import ManualClock
@@ -67,6 +68,8 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
         self.clock = clock
         self.state_dir = state_dir
         self.nvml = FakeNvml("h100_sxm", 8, seed=7, node_name=NODE)
+        # The node's own InfiniBand tree (8 ports, all up), never the host's /sys/class/infiniband.
+        self.infiniband = FakeInfiniband(state_dir.parent / f"{state_dir.name}-infiniband", devices=8)
         self.sleep = ClockSleep(clock)
         self.dwell_s, self.clean_readings = DWELL_S, CLEAN_READINGS
         self.policy = RemediationPolicy()
@@ -106,6 +109,7 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
             debounce=DebounceConfig(min_dwell_s=self.dwell_s, clean_readings_to_recover=self.clean_readings),
             policy=self.policy,
             http=HttpSettings(enabled=False),
+            fabric=FabricSettings(sysfs_root=self.infiniband.root),
         )
         executor = self.connect(settings)
         assert executor.wait_synced(HANG_GUARD_S), "the executor's watch never read the node"

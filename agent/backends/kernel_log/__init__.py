@@ -18,8 +18,15 @@ from agent.backends.kernel_log.followers import (
 )
 from agent.backends.kernel_log.journal import parse_journal_entry, parse_journal_json_line
 from agent.backends.kernel_log.kmsg import KmsgRecord, parse_kmsg_record
-from agent.backends.kernel_log.parse import parse_kernel_log, parse_xid_line, read_kernel_log
-from agent.backends.kernel_log.sxid import SxidEvent, parse_sxid_line
+from agent.backends.kernel_log.link_state import parse_link_line
+from agent.backends.kernel_log.parse import (
+    parse_kernel_log,
+    parse_xid_line,
+    read_fabric_lines,
+    read_kernel_log,
+)
+from agent.backends.kernel_log.sxid import parse_sxid_line
+from gpuhealth.core.snapshot import SxidEvent
 
 __all__ = [
     "DEFAULT_JOURNAL_COMMAND",
@@ -38,7 +45,9 @@ __all__ = [
     "parse_journal_json_line",
     "parse_kernel_log",
     "parse_kmsg_record",
+    "parse_link_line",
     "parse_sxid_line",
     "parse_xid_line",
+    "read_fabric_lines",
     "read_kernel_log",
 ]

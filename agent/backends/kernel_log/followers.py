@@ -20,15 +20,19 @@ from typing import Protocol, Self
 import structlog
 
 from agent.backends.kernel_log.errors import KernelLogError
-from agent.backends.kernel_log.journal import parse_journal_json_line
+from agent.backends.kernel_log.journal import decode_json_object, parse_journal_json_line
 from agent.backends.kernel_log.kmsg import parse_kmsg_record
+from agent.backends.kernel_log.link_state import parse_link_line
+from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
 from gpuhealth.core.clock import Clock, RealClock
-from gpuhealth.core.snapshot import XidEvent
+from gpuhealth.core.snapshot import LinkEvent, SxidEvent, XidEvent
 
 log = structlog.get_logger(__name__)
 
 XidCallback = Callable[[XidEvent], None]
+FabricCallback = Callable[[SxidEvent | LinkEvent], None]
+"""Receives the NVSwitch SXid and NIC link lines a follower sees (checks/fabric.py judges them)."""
 
 DEFAULT_KMSG_PATH = "/dev/kmsg"
 DEFAULT_JOURNAL_COMMAND: tuple[str, ...] = ("journalctl", "-k", "-f", "-o", "json", "-n", "0")
@@ -54,8 +58,9 @@ class RecordSource(Protocol):
 class _Follower(ABC):
     """Runs :meth:`_run` on a daemon thread from :meth:`start` until :meth:`stop`."""
 
-    def __init__(self, callback: XidCallback, *, name: str) -> None:
+    def __init__(self, callback: XidCallback, *, name: str, fabric: FabricCallback | None = None) -> None:
         self._callback = callback
+        self._fabric = fabric
         self._name = name
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,6 +103,18 @@ class _Follower(ABC):
         except Exception:  # a faulty consumer must not end the follow; it is logged instead
             log.exception("xid callback failed", follower=self._name, xid=event.xid)
 
+    def _deliver_fabric(self, text: str) -> None:
+        """An SXid or a NIC link line goes to the fabric callback, when there is one."""
+        if self._fabric is None:
+            return
+        event = parse_sxid_line(text) or parse_link_line(text)
+        if event is None:
+            return
+        try:
+            self._fabric(event)
+        except Exception:  # a failing callback must not end the follow
+            log.exception("fabric callback failed", follower=self._name)
+
     @abstractmethod
     def _prepare(self) -> None:
         """Open what the thread will read (runs in :meth:`start`, so errors reach the caller)."""
@@ -130,8 +147,9 @@ class KmsgFollower(_Follower):
         clock: Clock | None = None,
         opener: Callable[[str], RecordSource] | None = None,
         poll_interval: float = 0.2,
+        fabric: FabricCallback | None = None,
     ) -> None:
-        super().__init__(callback, name=f"kmsg-follower:{path}")
+        super().__init__(callback, name=f"kmsg-follower:{path}", fabric=fabric)
         self._path = path
         self._from_start = from_start
         self._clock: Clock = clock or RealClock()
@@ -193,8 +211,10 @@ class KmsgFollower(_Follower):
         if not line.strip() or line.startswith(" "):  # blank, or a record's " KEY=value" continuation
             return
         record = parse_kmsg_record(line)
-        event = parse_text_line(line if record is None else record.message)
+        text = line if record is None else record.message
+        event = parse_text_line(text)
         if event is None:
+            self._deliver_fabric(text)
             return
         if record is not None and event.at is None and self._boot_time is not None:
             event = event.model_copy(
@@ -217,8 +237,10 @@ class JournalFollower(_Follower):
         *,
         restart_delay: float = 1.0,
         max_restart_delay: float = 30.0,
+        fabric: FabricCallback | None = None,
     ) -> None:
-        super().__init__(callback, name=f"journal-follower:{command[0] if command else '?'}")
+        name = f"journal-follower:{command[0] if command else '?'}"
+        super().__init__(callback, name=name, fabric=fabric)
         self._command = tuple(command)
         self._restart_delay = restart_delay
         self._max_restart_delay = max_restart_delay
@@ -262,9 +284,14 @@ class JournalFollower(_Follower):
         assert process.stdout is not None  # stdout=PIPE above
         with process.stdout:
             for raw in process.stdout:
-                event = parse_journal_json_line(raw.decode("utf-8", errors="replace"))
+                text = raw.decode("utf-8", errors="replace")
+                event = parse_journal_json_line(text)
                 if event is not None:
                     self._deliver(event)
+                elif self._fabric is not None:
+                    message = (decode_json_object(text) or {}).get("MESSAGE")
+                    if isinstance(message, str):
+                        self._deliver_fabric(message)
         return process.wait()
 
     def _interrupt(self) -> None:

@@ -13,8 +13,10 @@ from agent.backends.kernel_log.errors import KernelLogError
 from agent.backends.kernel_log.fallen_off import fallen_off_bus_events
 from agent.backends.kernel_log.journal import decode_json_object, parse_journal_entry
 from agent.backends.kernel_log.kmsg import parse_kmsg_record
+from agent.backends.kernel_log.link_state import parse_link_line
+from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
-from gpuhealth.core.snapshot import XidEvent
+from gpuhealth.core.snapshot import LinkEvent, SxidEvent, XidEvent
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -83,6 +85,35 @@ def read_kernel_log(path: str | Path, *, year_hint: int | None = None) -> list[X
             raise KernelLogError(f"{path}: cannot read kernel log: corrupt gzip data ({exc})") from exc
     text = data.decode("utf-8", errors="replace")
     return parse_kernel_log(text, year_hint=year_hint, reference=modified)
+
+
+def read_fabric_lines(
+    path: str | Path, *, year_hint: int | None = None
+) -> tuple[list[SxidEvent], list[LinkEvent]]:
+    """The NVSwitch SXids and NIC link changes in a saved kernel log (plain, gzip or journald JSON).
+
+    Raises :class:`KernelLogError` naming the file when it cannot be read. Journald entries are read by
+    their ``MESSAGE``; every other form line by line (the prefixes do not matter to either parser).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise KernelLogError(f"{path}: cannot read kernel log: {exc.strerror or exc}") from exc
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise KernelLogError(f"{path}: cannot read kernel log: corrupt gzip data ({exc})") from exc
+    text = data.decode("utf-8", errors="replace")
+    entries = _json_entries(text)
+    lines = (
+        [message for entry in entries if isinstance(message := entry.get("MESSAGE"), str)]
+        if entries is not None
+        else text.splitlines()
+    )
+    sxids = [sxid for line in lines if (sxid := parse_sxid_line(line, year_hint=year_hint)) is not None]
+    links = [link for line in lines if (link := parse_link_line(line, year_hint=year_hint)) is not None]
+    return sxids, links
 
 
 def _json_entries(text: str) -> list[dict[str, object]] | None:

@@ -2,33 +2,22 @@
 
 ``nvidia-nvswitch3: SXid (PCI:0000:06:00.0): 12028, Non-fatal, Link 44 ...`` reports an error of an
 NVSwitch chip on the baseboard, not of a GPU: its PCI address is the switch's, so it must never become a
-GPU :class:`~gpuhealth.core.snapshot.XidEvent`. This optional type lets a later check look at fabric errors.
+GPU :class:`~gpuhealth.core.snapshot.XidEvent`. They go to the snapshot's ``fabric.sxid_events`` with their
+severity (the driver prints ``Fatal`` or ``Non-fatal`` after the number), where checks/fabric.py judges them.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from agent.backends.kernel_log.timestamps import absolute_time
+from gpuhealth.core.snapshot import SxidEvent, SxidSeverity
+
+_SEVERITY = re.compile(r"^(?P<word>Non-fatal|Fatal)\b", re.IGNORECASE)
 
 _SXID = re.compile(
     r"(?:nvidia-nvswitch(?P<switch>\d+)\s*:\s*)?SXid\s*\((?:PCI:)?(?P<pci>[^()]*)\)\s*:?\s*(?P<sxid>\d{1,9})(?=,|\s|$)"
 )
-
-
-class SxidEvent(BaseModel):
-    """One NVSwitch error line (an SXid), as the nvidia-nvswitch driver printed it."""
-
-    model_config = ConfigDict(frozen=True, strict=True)
-
-    sxid: int = Field(description="The SXid number, e.g. 12028.")
-    switch: int | None = Field(default=None, description="N of the nvidia-nvswitchN device, when printed.")
-    pci_bus_id: str | None = Field(default=None, description="The switch's PCI address as printed.")
-    message: str | None = Field(default=None, description="The text after the SXid number.")
-    at: datetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
 
 
 def parse_sxid_line(line: str, *, year_hint: int | None = None) -> SxidEvent | None:
@@ -38,9 +27,17 @@ def parse_sxid_line(line: str, *, year_hint: int | None = None) -> SxidEvent | N
         return None
     message = line[match.end() :].lstrip().removeprefix(",").strip()
     return SxidEvent(
+        severity=_severity(message),
         sxid=int(match["sxid"]),
         switch=int(match["switch"]) if match["switch"] is not None else None,
         pci_bus_id=match["pci"].strip() or None,
         message=message or None,
         at=absolute_time(line[: match.start()], year_hint=year_hint),
     )
+
+
+def _severity(message: str) -> SxidSeverity | None:
+    found = _SEVERITY.match(message)
+    if found is None:
+        return None
+    return "non-fatal" if found["word"].lower() == "non-fatal" else "fatal"

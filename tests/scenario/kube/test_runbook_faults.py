@@ -104,3 +104,40 @@ def test_a_healthy_node_costs_zero_api_writes_over_many_ticks(gpu_node: KubeGpuN
 
     assert gpu_node.writes() == writes
     assert gpu_node.version() == version
+
+
+def test_a_port_down_among_up_siblings_quarantines_the_node_with_the_fabric_reason(
+    gpu_node: KubeGpuNode,
+) -> None:
+    """mlx5_6 goes down while its seven siblings stay up -> after the polled readings, GPUHealthy=False
+    with reason IB_PORT_DOWN, label quarantined, taint replace:NoSchedule; the port back up and a human's
+    release would end it (replace waits for a person)."""
+    gpu_node.tick()
+    gpu_node.infiniband.port_down("mlx5_6")
+    gpu_node.ticks(3, every_s=1.0)
+
+    condition = gpu_node.condition()
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "IB_PORT_DOWN")
+    assert "mlx5_6/1 (1: DOWN / 3: Disabled)" in condition["message"]
+    assert gpu_node.label() == "quarantined"
+    assert gpu_node.taint() == "replace:NoSchedule"
+
+
+def test_a_gpu_whose_fabric_manager_registration_failed_takes_the_node_out_for_a_reset(
+    gpu_node: KubeGpuNode,
+) -> None:
+    """GPU 2's NVLink fabric registration failed -> reason NVLINK_FABRIC_FAILED, taint reset_gpu; a GPU
+    reset brings the registration back and the node recovers after the clean readings and the dwell."""
+    gpu_node.tick()
+    gpu_node.nvml.fail_fabric(2)
+    gpu_node.ticks(3, every_s=1.0)
+    condition = gpu_node.condition()
+    assert condition is not None and condition["reason"] == "NVLINK_FABRIC_FAILED"
+    assert gpu_node.taint() == "reset_gpu:NoSchedule"
+
+    gpu_node.nvml.reset_gpu(2)
+    gpu_node.ticks(CLEAN_READINGS, every_s=1.0)
+    gpu_node.clock.advance(DWELL_S)
+    gpu_node.tick()
+    assert gpu_node.taint() is None and gpu_node.label() == "healthy"

@@ -72,3 +72,33 @@ def test_a_healthy_node_costs_zero_writes_over_many_ticks(gpu_node: NomadGpuNode
 
     assert gpu_node.writes() == writes
     assert gpu_node.index() == index
+
+
+def test_a_flapping_infiniband_port_makes_the_node_ineligible_through_the_same_metadata(
+    gpu_node: NomadGpuNode,
+) -> None:
+    """IB port mlx5_3 flaps three times -> gpuhealth.state=quarantined (action replace: a technician),
+    reason IB_LINK_FLAP, ineligible: the fabric acts through the metadata and eligibility path; no GPU is
+    named (the fault is the node's)."""
+    gpu_node.tick()
+    gpu_node.infiniband.flap("mlx5_3", times=3)
+    gpu_node.ticks(3, every_s=1.0)
+
+    meta = gpu_node.meta()
+    assert meta["gpuhealth.state"] == "quarantined"
+    assert meta["gpuhealth.reason"] == "IB_LINK_FLAP"
+    assert meta.get("gpuhealth.unhealthy_gpus", "") == ""
+    assert not gpu_node.eligible()
+
+
+def test_a_gpu_out_of_its_nvlink_fabric_is_named_in_the_metadata(gpu_node: NomadGpuNode) -> None:
+    """GPU 5's fabric registration failed -> the node goes ineligible and gpuhealth.unhealthy_gpus names
+    GPU 5's UUID, so job constraints can avoid it (the stock device plugin cannot quarantine one GPU)."""
+    gpu_node.tick()
+    gpu_node.nvml.fail_fabric(5)
+    gpu_node.ticks(3, every_s=1.0)
+
+    meta = gpu_node.meta()
+    assert meta["gpuhealth.reason"] == "NVLINK_FABRIC_FAILED"
+    assert meta["gpuhealth.unhealthy_gpus"] == gpu_node.nvml.gpu_uuids[5]
+    assert not gpu_node.eligible()

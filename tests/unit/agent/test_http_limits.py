@@ -82,6 +82,17 @@ class BlocksUntil(Collector):
         yield family
 
 
+@pytest.fixture
+def debug_logging() -> Iterator[None]:
+    """structlog's defaults (every level) for the test, whatever an earlier test's ``main()`` configured:
+    a logger filtered at warning drops the debug line before ``capture_logs`` sees it."""
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("debug_logging")
 def test_a_client_gone_before_the_answer_is_one_debug_line_not_a_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

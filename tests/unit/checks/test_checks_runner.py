@@ -22,6 +22,7 @@ def test_registry_runs_every_family_in_a_fixed_order() -> None:
         "thermal",
         "recovery_action",
         "persistence",
+        "fabric",
     ]
 
 

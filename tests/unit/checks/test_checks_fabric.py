@@ -1,0 +1,236 @@
+"""Fabric checks: ports down, fabric manager, SXids (one snapshot) and flaps, rates, vanished devices (over
+time, with the memory passed in)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from checks_builders import gpu, node
+from repo_paths import FIXTURES
+
+from agent.backends.infiniband import read_ib_ports
+from agent.backends.kernel_log import parse_link_line, parse_sxid_line
+from checks.config import ChecksConfig
+from checks.fabric import FabricMemory, check_fabric, judge_fabric_trends
+from checks.runner import run_checks
+from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.snapshot import IbPort, NodeSnapshot
+
+T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+UP = ("4: ACTIVE", "5: LinkUp")
+DOWN = ("1: DOWN", "3: Disabled")
+
+
+def port(device: str, state: tuple[str, str] = UP, **fields: Any) -> dict[str, Any]:
+    return {
+        "device": device,
+        "port": 1,
+        "state": state[0],
+        "phys_state": state[1],
+        "link_layer": fields.pop("link_layer", "InfiniBand"),
+        **fields,
+    }
+
+
+def fabric_node(*ports: dict[str, Any], at: datetime = T0, **fabric: Any) -> NodeSnapshot:
+    return node(gpu(0), taken_at=at, fabric={"ib_ports": list(ports), **fabric})
+
+
+def codes(findings: list[Finding]) -> list[str]:
+    return [finding.code for finding in findings]
+
+
+def config(**fabric: Any) -> ChecksConfig:
+    return ChecksConfig.model_validate({"fabric": fabric})
+
+
+# --- one snapshot -------------------------------------------------------------------------------------
+
+
+def test_one_port_down_while_its_siblings_are_up_is_a_multi_node_fault() -> None:
+    snapshot = fabric_node(*(port(f"mlx5_{n}") for n in range(7)), port("mlx5_7", DOWN))
+    [finding] = check_fabric(snapshot, ChecksConfig())
+    assert (finding.check, finding.code, finding.status, finding.action) == (
+        "infiniband",
+        "IB_PORT_DOWN",
+        Status.FAIL,
+        Action.REPLACE,
+    )
+    assert "mlx5_7/1 (1: DOWN / 3: Disabled)" in finding.message
+
+
+def test_the_real_format_tree_flags_its_down_port() -> None:
+    ports = read_ib_ports(FIXTURES / "fabric" / "sysfs-hgx")
+    snapshot = node(gpu(0), fabric={"ib_ports": [p.model_dump() for p in ports or []]})
+    [finding] = check_fabric(snapshot, ChecksConfig())
+    assert finding.code == "IB_PORT_DOWN" and "mlx5_1/1" in finding.message
+
+
+def test_half_the_ports_down_is_no_signal_without_an_expected_count() -> None:
+    """Half uncabled is a layout, not a fault, unless the configuration says how many must be up."""
+    snapshot = fabric_node(port("mlx5_0"), port("mlx5_1"), port("mlx5_2", DOWN), port("mlx5_3", DOWN))
+    assert check_fabric(snapshot, ChecksConfig()) == []
+    assert codes(check_fabric(snapshot, config(expected_active_ports=3))) == ["IB_PORT_DOWN"]
+    assert check_fabric(snapshot, config(expected_active_ports=2)) == []
+
+
+def test_siblings_are_counted_per_link_layer_and_ignored_ports_are_left_out() -> None:
+    """A down Ethernet management port among up InfiniBand ports is not judged by them; a pattern
+    leaves an uncabled port out altogether."""
+    ib = [port(f"mlx5_{n}") for n in range(4)]
+    mgmt = port("mlx5_bond_0", DOWN, link_layer="Ethernet")
+    assert check_fabric(fabric_node(*ib, mgmt), ChecksConfig()) == []
+    down = port("mlx5_9", DOWN, netdev="ibp9s0")
+    assert codes(check_fabric(fabric_node(*ib, down), ChecksConfig())) == ["IB_PORT_DOWN"]
+    assert check_fabric(fabric_node(*ib, down), config(ignore_port_patterns=["^ibp9"])) == []
+    assert check_fabric(fabric_node(*ib, down), config(ignore_port_patterns=["mlx5_9/1"])) == []
+
+
+def test_no_sysfs_tree_and_no_fabric_support_are_no_signal() -> None:
+    assert check_fabric(node(gpu(0)), ChecksConfig()) == []
+    assert check_fabric(node(gpu(0), fabric={"ib_ports": None}), ChecksConfig()) == []
+    assert run_checks(node(gpu(0, fabric=None), fabric={"ib_ports": None})).status is Status.OK
+
+
+def test_fewer_rdma_devices_than_configured_is_a_fault() -> None:
+    snapshot = fabric_node(port("mlx5_0"), port("mlx5_1"))
+    assert codes(check_fabric(snapshot, config(expected_ib_devices=3))) == ["IB_DEVICE_MISSING"]
+    assert check_fabric(snapshot, config(expected_ib_devices=2)) == []
+
+
+def test_fabric_manager_not_completed_or_failed_takes_the_gpu_out() -> None:
+    ready = {"state": 3, "status": 0, "clique_id": 1}
+    snapshot = node(
+        gpu(0, fabric=ready),
+        gpu(1, fabric={**ready, "state": 2}),
+        gpu(2, fabric={**ready, "status": 999}),
+        gpu(3, fabric=None),
+    )
+    findings = check_fabric(snapshot, ChecksConfig())
+    assert [(f.gpu, f.code, f.action) for f in findings] == [
+        (snapshot.gpus[1].uuid, "NVLINK_FABRIC_NOT_READY", Action.RESET_GPU),
+        (snapshot.gpus[2].uuid, "NVLINK_FABRIC_FAILED", Action.RESET_GPU),
+    ]
+    assert all(f.check == "nvswitch" for f in findings)
+    assert "in progress" in findings[0].message
+
+
+def test_fatal_sxid_fails_and_non_fatal_warns() -> None:
+    lines = (FIXTURES / "fabric" / "dmesg-mlx5-flap-sxid.txt").read_text().splitlines()
+    sxids = [e.model_dump() for line in lines if (e := parse_sxid_line(line)) is not None]
+    findings = check_fabric(node(gpu(0), fabric={"sxid_events": sxids}), ChecksConfig())
+    assert [(f.code, f.status, f.action) for f in findings] == [
+        ("NVSWITCH_SXID_FATAL", Status.FAIL, Action.DRAIN_AND_RESET),
+        ("NVSWITCH_SXID_NONFATAL", Status.WARN, Action.NONE),
+    ]
+    assert findings[0].message == "fatal NVSwitch error(s): SXid 24007 on nvswitch0, SXid 20034 on nvswitch0"
+
+
+def test_the_family_can_be_switched_off() -> None:
+    snapshot = fabric_node(*(port(f"mlx5_{n}") for n in range(3)), port("mlx5_3", DOWN))
+    assert check_fabric(snapshot, config(enabled=False)) == []
+
+
+# --- over time ----------------------------------------------------------------------------------------
+
+
+def counters(**values: int) -> dict[str, int]:
+    return {"link_downed": 0, "symbol_error": 0, "port_rcv_errors": 0, **values}
+
+
+def judge(
+    memory: FabricMemory, snapshot: NodeSnapshot, settings: ChecksConfig | None = None
+) -> tuple[list[Finding], FabricMemory]:
+    return judge_fabric_trends(snapshot, settings or ChecksConfig(), memory)
+
+
+def test_link_downed_rising_three_times_in_the_window_is_a_flap() -> None:
+    findings, memory = judge(FabricMemory(), fabric_node(port("mlx5_0", counters=counters(link_downed=5))))
+    assert findings == []  # a lifetime total is not a rate
+    later = fabric_node(port("mlx5_0", counters=counters(link_downed=7)), at=T0 + timedelta(seconds=60))
+    findings, memory = judge(memory, later)
+    assert findings == []
+    again = fabric_node(port("mlx5_0", counters=counters(link_downed=8)), at=T0 + timedelta(seconds=120))
+    findings, memory = judge(memory, again)
+    assert [(f.check, f.code, f.action) for f in findings] == [("infiniband", "IB_LINK_FLAP", Action.REPLACE)]
+    quiet = fabric_node(port("mlx5_0", counters=counters(link_downed=8)), at=T0 + timedelta(seconds=900))
+    assert judge(memory, quiet)[0] == []  # out of the 600 s window
+
+
+def test_kernel_log_link_downs_count_as_flaps_of_the_port_with_that_interface() -> None:
+    lines = [
+        f"[Tue Mar  4 09:2{n}:31 2025] mlx5_core 0000:01:00.0 enp1s0f0np0: Link {state}"
+        for n in range(3)
+        for state in ("down", "up")
+    ]
+    events = [e.model_dump() for line in lines if (e := parse_link_line(line)) is not None]
+    snapshot = fabric_node(
+        port("mlx5_0", netdev="enp1s0f0np0", counters=counters()),
+        port("mlx5_1", netdev="enp1s0f1np1", counters=counters()),
+        link_events=events,
+    )
+    [finding] = judge(FabricMemory(), snapshot)[0]
+    assert finding.code == "IB_LINK_FLAP" and "mlx5_0/1 (3 link downs" in finding.message
+    assert "mlx5_1" not in finding.message
+
+
+def test_error_counters_are_judged_as_rates_and_a_reset_counts_from_zero() -> None:
+    _, memory = judge(FabricMemory(), fabric_node(port("mlx5_0", counters=counters(symbol_error=90_000))))
+    step = fabric_node(port("mlx5_0", counters=counters(symbol_error=90_050)), at=T0 + timedelta(minutes=10))
+    findings, memory = judge(memory, step)
+    assert findings == []  # 50 in the window: under 100
+    rebooted = fabric_node(port("mlx5_0", counters=counters(symbol_error=60)), at=T0 + timedelta(minutes=20))
+    findings, memory = judge(memory, rebooted)
+    [finding] = findings
+    assert (finding.code, finding.status, finding.action) == ("IB_ERROR_RATE", Status.WARN, Action.NONE)
+    assert "symbol_error +110" in finding.message
+    much_later = fabric_node(
+        port("mlx5_0", counters=counters(symbol_error=60)), at=T0 + timedelta(minutes=90)
+    )
+    assert judge(memory, much_later)[0] == []
+
+
+def test_hw_counters_can_have_thresholds_too() -> None:
+    settings = config(error_thresholds={"local_ack_timeout_err": 5})
+    first = fabric_node(port("mlx5_0", hw_counters={"local_ack_timeout_err": 1}))
+    _, memory = judge(FabricMemory(), first, settings)
+    later = fabric_node(
+        port("mlx5_0", hw_counters={"local_ack_timeout_err": 9}), at=T0 + timedelta(minutes=1)
+    )
+    assert codes(judge(memory, later, settings)[0]) == ["IB_ERROR_RATE"]
+
+
+def test_a_vanished_device_is_reported_until_it_is_back() -> None:
+    both = fabric_node(port("mlx5_0"), port("mlx5_1"))
+    _, memory = judge(FabricMemory(), both)
+    gone = fabric_node(port("mlx5_0"), at=T0 + timedelta(seconds=10))
+    findings, memory = judge(memory, gone)
+    assert [(f.code, f.action) for f in findings] == [("IB_DEVICE_MISSING", Action.REPLACE)]
+    assert "mlx5_1" in findings[0].message
+    no_tree = node(gpu(0), taken_at=T0 + timedelta(seconds=20), fabric={"ib_ports": None})
+    findings, memory = judge(memory, no_tree)
+    assert "mlx5_0, mlx5_1" in findings[0].message
+    assert judge(memory, fabric_node(port("mlx5_0"), port("mlx5_1"), at=T0 + timedelta(seconds=30)))[0] == []
+
+
+def test_trends_need_a_time_and_fabric_readings() -> None:
+    memory = FabricMemory()
+    assert judge(memory, node(gpu(0))) == ([], memory)
+    assert judge(memory, node(gpu(0), fabric={"ib_ports": [port("mlx5_0")]})) == ([], memory)
+
+
+def test_ib_port_model_keeps_the_kernels_strings() -> None:
+    assert IbPort.model_validate(port("mlx5_0")).state == "4: ACTIVE"
+
+
+def test_the_memory_per_port_stays_bounded_over_a_long_run() -> None:
+    """A day of 10 s passes keeps at most the buckets that cover the longer window, not every reading."""
+    memory = FabricMemory()
+    findings: list[Finding] = []
+    for step in range(8640):
+        at = T0 + timedelta(seconds=10 * step)
+        snapshot = fabric_node(port("mlx5_0", counters=counters(symbol_error=step)), at=at)
+        findings, memory = judge(memory, snapshot)
+    assert len(memory.ports["mlx5_0/1"].buckets) <= 100
+    assert codes(findings) == ["IB_ERROR_RATE"]  # 360 symbol errors an hour: over 100
