@@ -38,7 +38,8 @@ class ProgressLines:
         self.console = console or Console(file=sys.stderr, highlight=False)
 
     def progress(self, text: str) -> None:
-        self.console.print(f"[dim]demo:[/dim] {text}")
+        # soft_wrap: a long line (the fleet page's address) stays one line a terminal can copy as a link
+        self.console.print(f"[dim]demo:[/dim] {text}", soft_wrap=True)
 
     def event(self, at_s: float, text: str) -> None:
         self.console.print(f"[dim]{at_s:6.1f}s[/dim] {text}")
