@@ -45,7 +45,7 @@ from gpuhealth.core.clock import Clock
 from gpuhealth.core.findings import Verdict, worst_status
 from gpuhealth.core.health import NodeHealth, NodeState
 from gpuhealth.core.steps import ApplyReport, Step
-from remediation.aggregator_client import AggregatorClient, AggregatorError, Unauthorized
+from remediation.aggregator_client import AggregatorClient, AggregatorError, RequestRejected, Unauthorized
 
 if TYPE_CHECKING:
     from agent.diagnostics import DiagnosticsRunner
@@ -226,6 +226,10 @@ class AggregatorLink:
             except Unauthorized as exc:
                 self._failed("report_unauthorized", exc)
                 break
+            except RequestRejected as exc:  # too large or invalid: sending it again can never succeed
+                if not self._dead_letter(report, exc):
+                    break
+                continue
             except AggregatorError as exc:
                 self._failed("report_not_delivered", exc)
                 break
@@ -307,6 +311,18 @@ class AggregatorLink:
             refused=ack.refused,
             new_epoch=epoch,
         )
+
+    def _dead_letter(self, report: Report, exc: RequestRejected) -> bool:
+        """Set a report the aggregator refused for good aside, so the later ones are not blocked behind it
+        forever; True when it is out of the queue. Its actions reach the aggregator only through the node's
+        later reports (the node's state and incident are in every one)."""
+        try:
+            where = self.outbox.dead_letter(report, str(exc))
+        except OutboxError as write_error:
+            self._log.warning("outbox_not_written", error=str(write_error))
+            return False
+        self._log.error("report_rejected", seq=report.seq, reason=str(exc), set_aside=str(where))
+        return True
 
     def _count(self, *, accepted: bool) -> None:
         stats = self._stats

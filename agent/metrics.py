@@ -185,4 +185,10 @@ class _OutboxCollector(Collector):
             labels=["node"],
         )
         set_aside.add_metric([self._node], stats.set_aside)
-        yield from (queued, dropped, set_aside)
+        rejected = CounterMetricFamily(
+            "gpuhealth_agent_outbox_rejected_reports",
+            "Reports the aggregator refused for good (HTTP 4xx), set aside as outbox.json.rejected-<time>.",
+            labels=["node"],
+        )
+        rejected.add_metric([self._node], stats.rejected)
+        yield from (queued, dropped, set_aside, rejected)

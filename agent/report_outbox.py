@@ -70,6 +70,7 @@ class OutboxStats:
     queued: int
     dropped: int
     set_aside: int = 0
+    rejected: int = 0
 
 
 class ReportOutbox:
@@ -81,6 +82,7 @@ class ReportOutbox:
         self._lock = threading.Lock()
         self._dropped = 0
         self._set_aside_count = 0
+        self._rejected = 0
         self._content = self._load()
 
     @property
@@ -124,11 +126,32 @@ class ReportOutbox:
             self._write(content)  # raises OutboxError: the reports stay queued (a repeat is ignored)
             self._content = content
 
+    def dead_letter(self, report: Report, reason: str) -> Path:
+        """The aggregator refused ``report`` for good (a 4xx no retry can change: too large, invalid): write
+        it with the reason to ``<outbox>.rejected-<UTC timestamp>`` for a human, then take it out of the queue
+        so the reports after it go out. Raises OutboxError when either write fails (it then stays queued)."""
+        with self._lock:
+            target = aside_path(self._path, "rejected")
+            letter = {"reason": reason, "report": report.model_dump(mode="json")}
+            try:
+                target.write_text(json.dumps(letter, indent=2) + "\n", encoding="utf-8")
+            except OSError as exc:
+                raise OutboxError(f"cannot write {target}: {exc.strerror or exc}") from exc
+            kept = [entry for entry in self._content.queued if entry.report.seq != report.seq]
+            content = self._content.model_copy(update={"queued": kept})
+            self._write(content)
+            self._content = content
+            self._rejected += 1
+            return target
+
     def stats(self) -> OutboxStats:
         """Queued and dropped counts (for metrics and tests)."""
         with self._lock:
             return OutboxStats(
-                queued=len(self._content.queued), dropped=self._dropped, set_aside=self._set_aside_count
+                queued=len(self._content.queued),
+                dropped=self._dropped,
+                set_aside=self._set_aside_count,
+                rejected=self._rejected,
             )
 
     # -- internals ---------------------------------------------------------------------------------------

@@ -100,16 +100,16 @@ class StateStore:
         log.warning("state_set_aside", path=str(self._path), problem=problem, moved_to=str(target))
 
 
-def aside_path(path: Path) -> Path:
-    """Where to set an unreadable ``path`` aside for a human: ``<name>.corrupt-<UTC timestamp>``, with
-    ``-2``, ``-3`` ... when that name is taken, so a later bad file never replaces an earlier one (the
-    agent's state file and its report outbox alike)."""
+def aside_path(path: Path, why: str = "corrupt") -> Path:
+    """Where to set something of ``path`` aside for a human: ``<name>.<why>-<UTC timestamp>``, with ``-2``,
+    ``-3`` ... when that name is taken, so a later one never replaces an earlier one (an unreadable state file
+    or report outbox, a report the aggregator refused for good)."""
     stamp = utc_now().strftime("%Y%m%dT%H%M%SZ")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
     counter = 1
     while target.exists():
         counter += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+        target = path.with_name(f"{path.name}.{why}-{stamp}-{counter}")
     return target
 
 

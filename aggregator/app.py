@@ -553,6 +553,17 @@ def _register_handlers(app: FastAPI, forbidden_log: UnauthorizedLog) -> None:
         forbidden_log.refused(request.client.host if request.client else "unknown", str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=403)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's 422 shape, without echoing the input back: it may be text no encoder can write (a lone
+        # surrogate), or megabytes a caller sent; the location and the message say what is wrong.
+        errors = [
+            {"type": str(error.get("type", "value_error")), "loc": list(error.get("loc", ())),
+             "msg": str(error.get("msg", "invalid"))}
+            for error in exc.errors()
+        ]  # fmt: skip
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.exception_handler(permits.PermitNotFound)
     async def _not_found(_request: Request, exc: permits.PermitNotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)

@@ -62,7 +62,7 @@ def is_accepted_node_name(name: str) -> bool:
 ShortText = Annotated[str, Field(max_length=1000)]
 
 
-def _reject_unstorable_text(value: object) -> None:
+def reject_unstorable_text(value: object) -> None:
     """Refuse NUL characters and lone surrogates anywhere: no database can store them as text."""
     if isinstance(value, str):
         if "\x00" in value:
@@ -74,15 +74,16 @@ def _reject_unstorable_text(value: object) -> None:
                 raise ValueError("text must be valid Unicode (no lone surrogates)") from exc
     elif isinstance(value, dict):
         for key, item in value.items():
-            _reject_unstorable_text(key)
-            _reject_unstorable_text(item)
+            reject_unstorable_text(key)
+            reject_unstorable_text(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            _reject_unstorable_text(item)
+            reject_unstorable_text(item)
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # NaN and infinities are not numbers any field means, and JSON cannot carry them back out.
+    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
 
 
 class _Body(_Wire):
@@ -91,7 +92,7 @@ class _Body(_Wire):
     @model_validator(mode="before")
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
-        _reject_unstorable_text(data)
+        reject_unstorable_text(data)
         return data
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from gpuhealth.core.aggregator_api import NODE_NAME_PATTERN
+from gpuhealth.core.aggregator_api import NODE_NAME_PATTERN, reject_unstorable_text
 
 MAX_SILENCE_S = 90 * 86400.0
 
@@ -52,10 +52,13 @@ class AlertView(Alert):
 class SilenceCreate(BaseModel):
     """``gpuhealth silence NODE|--selector k=v --for 2h --reason TEXT``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     node: str | None = Field(default=None, pattern=NODE_NAME_PATTERN, max_length=253)
-    selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    selector: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=317)],
+        Annotated[str, StringConstraints(max_length=253)],
+    ] = Field(default_factory=dict, max_length=32, description="Labels (Kubernetes-sized keys and values).")
     duration_s: float = Field(gt=0, le=MAX_SILENCE_S, description="How long, from now.")
     reason: str = Field(min_length=1, max_length=1000)
     created_by: str | None = Field(
@@ -63,6 +66,13 @@ class SilenceCreate(BaseModel):
         max_length=128,
         description="Ignored (kept for older clients): the aggregator records the authenticated caller.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        # A lone surrogate or a NUL would be stored, then break every read of the silences (and the status).
+        reject_unstorable_text(data)
+        return data
 
     @model_validator(mode="after")
     def _node_or_selector(self) -> SilenceCreate:

@@ -4,6 +4,7 @@ test's manual clock. The node executor is a stateful fake at our own seam."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from executor_defaults import PerfectNode
 from live_aggregator import LiveAggregator, free_port
+from prometheus_client import generate_latest
 from waiting import HANG_GUARD_S, wait_until
 
 from agent.aggregator_link import AggregatorLink
@@ -426,3 +428,38 @@ def test_an_unreadable_token_file_is_one_line_naming_the_file(tmp_path: Path) ->
 
     with pytest.raises(SettingsError, match=r"missing: cannot read the token file"):
         aggregator_token(section, {})
+
+
+def test_a_report_refused_for_good_is_set_aside_and_the_next_ones_still_go(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A 413 (the report is larger than the aggregator takes) can never succeed: the report is written aside
+    with the reason, counted in /metrics, and the reports behind it are delivered instead of waiting forever."""
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, max_report_bytes=4096).start()
+    try:
+        agent = make_agent(tmp_path, clock, live.url)
+        link = link_of(agent)
+        agent.tick()  # a normal first report, queued
+        [first] = link.outbox.pending()
+        huge = first.model_copy(
+            update={"seq": first.seq + 1, "labels": {f"k{i}": "v" * 60 for i in range(100)}}
+        )
+        normal = first.model_copy(update={"seq": first.seq + 2})
+        link.outbox.remove_through(first.seq)
+        link.outbox.append(huge, heartbeat=False)
+        link.outbox.append(normal, heartbeat=False)
+
+        assert link.deliver() == 1
+
+        assert link.outbox.pending() == []
+        assert link.outbox.stats().rejected == 1
+        [aside] = tmp_path.glob("state/outbox.json.rejected-*")
+        letter = json.loads(aside.read_text())
+        assert letter["report"]["seq"] == huge.seq and "413" in letter["reason"]
+        with live.client() as ops:
+            assert ops.node(NODE).last_seq == normal.seq
+        metrics = generate_latest(agent.metrics.registry).decode()
+        assert f'gpuhealth_agent_outbox_rejected_reports_total{{node="{NODE}"}} 1.0' in metrics
+        agent.close()
+    finally:
+        live.stop()
