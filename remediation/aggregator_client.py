@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -149,7 +150,6 @@ class AggregatorClient:
         headers["User-Agent"] = "gpuhealth"
         self.base_url = base_url.rstrip("/")
         auth = TokenFileAuth(token_file) if token_file is not None and not token else None
-        self._last_link: str | None = None  # the Link header of the latest answer (pagination)
         self._http = httpx.Client(
             base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
         )
@@ -309,14 +309,19 @@ class AggregatorClient:
     def _call(
         self, method: str, path: str, model: type[Model], *, retry: bool = False, **kwargs: Any
     ) -> Model:
-        data = self._request(method, path, retry=retry, **kwargs)
-        return _parse(model, data, path)
+        return _parse(model, self._request(method, path, retry=retry, **kwargs).json, path)
 
     def _call_list(self, method: str, path: str, model: type[Model], **kwargs: Any) -> list[Model]:
-        data = self._request(method, path, retry=method == "GET", **kwargs)
-        if not isinstance(data, list):
+        return self._list_page(method, path, model, **kwargs)[0]
+
+    def _list_page(
+        self, method: str, path: str, model: type[Model], **kwargs: Any
+    ) -> tuple[list[Model], str | None]:
+        """One answer that must be a list, and where its next page is (the ``Link`` header), if anywhere."""
+        answer = self._request(method, path, retry=method == "GET", **kwargs)
+        if not isinstance(answer.json, list):
             raise ServerError(f"unexpected answer from the aggregator for {path}: not a list")
-        return [_parse(model, item, path) for item in data]
+        return [_parse(model, item, path) for item in answer.json], _next_page(answer.link)
 
     def _pages(self, path: str, model: type[Model], params: dict[str, Any]) -> Iterator[list[Model]]:
         """Every page of a paginated list, following the ``Link: <...>; rel="next"`` the aggregator sends
@@ -326,12 +331,12 @@ class AggregatorClient:
         for _ in range(MAX_PAGES):
             if url is None:
                 return
-            self._last_link = None
-            yield self._call_list("GET", url, model, params=query)
-            url, query = _next_page(self._last_link), None
+            page, url = self._list_page("GET", url, model, params=query)
+            query = None  # the next page's address carries its parameters
+            yield page
         raise ServerError(f"the aggregator sent more than {MAX_PAGES} pages for {path}")
 
-    def _request(self, method: str, path: str, *, retry: bool, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, *, retry: bool, **kwargs: Any) -> _Answer:
         attempts = self._retries if retry else 1
         retrying = Retrying(
             stop=stop_after_attempt(attempts),
@@ -345,7 +350,7 @@ class AggregatorClient:
                 return self._once(method, path, **kwargs)
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
-    def _once(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _once(self, method: str, path: str, **kwargs: Any) -> _Answer:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
@@ -353,13 +358,20 @@ class AggregatorClient:
         except httpx.TransportError as exc:
             raise AggregatorUnreachable(f"cannot reach the aggregator at {self.base_url}: {exc}") from exc
         _raise_for_status(response, self.base_url)
-        self._last_link = response.headers.get("link")
         try:
-            return response.json()
+            return _Answer(response.json(), response.headers.get("link"))
         except ValueError as exc:
             raise ServerError(
                 f"aggregator at {self.base_url} answered {path} with something not JSON"
             ) from exc
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A successful answer's JSON body, and its ``Link`` header (pagination)."""
+
+    json: Any
+    link: str | None
 
 
 def _next_page(link: str | None) -> str | None:
