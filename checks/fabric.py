@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, FabricConfig
-from gpuhealth.core.findings import Action, Finding, Status
+from gpuhealth.core.findings import Action, Finding
 from gpuhealth.core.snapshot import GpuSnapshot, IbPort, LinkEvent, NodeSnapshot, SxidEvent
 
 INFINIBAND = "infiniband"
@@ -115,7 +115,6 @@ def _ports_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[
     return [
         _node_finding(
             INFINIBAND,
-            status=warn_or_fail(action),
             code="IB_PORT_DOWN",
             message=f"{node}: IB/RoCE port(s) down {why}: {listed}",
             action=action,
@@ -138,7 +137,6 @@ def _devices_missing(ports: list[IbPort], settings: FabricConfig) -> list[Findin
     return [
         _node_finding(
             INFINIBAND,
-            status=warn_or_fail(action),
             code="IB_DEVICE_MISSING",
             message=f"{len(devices)} of {expected} expected RDMA devices listed",
             action=action,
@@ -177,7 +175,6 @@ def _sxids(events: Iterable[SxidEvent], settings: FabricConfig) -> list[Finding]
         findings.append(
             _node_finding(
                 NVSWITCH,
-                status=warn_or_fail(action),
                 code="NVSWITCH_SXID_FATAL",
                 message="fatal NVSwitch error(s): " + ", ".join(fatal),
                 action=action,
@@ -187,7 +184,6 @@ def _sxids(events: Iterable[SxidEvent], settings: FabricConfig) -> list[Finding]
         findings.append(
             _node_finding(
                 NVSWITCH,
-                status=Status.WARN,
                 code="NVSWITCH_SXID_NONFATAL",
                 message="non-fatal NVSwitch error(s): " + ", ".join(other),
                 action=Action.NONE,
@@ -196,8 +192,11 @@ def _sxids(events: Iterable[SxidEvent], settings: FabricConfig) -> list[Finding]
     return findings
 
 
-def _node_finding(check: str, *, status: Status, code: str, message: str, action: Action) -> Finding:
-    return Finding(check=check, gpu=None, status=status, code=code, message=message, action=action)
+def _node_finding(check: str, *, code: str, message: str, action: Action) -> Finding:
+    """A node-level fabric finding; its status follows its action (warn, fail when it takes the node out)."""
+    return Finding(
+        check=check, gpu=None, status=warn_or_fail(action), code=code, message=message, action=action
+    )
 
 
 # --- judged over time -------------------------------------------------------------------------------------
@@ -257,7 +256,6 @@ def judge_fabric_trends(
         findings.append(
             _node_finding(
                 INFINIBAND,
-                status=warn_or_fail(action),
                 code="IB_LINK_FLAP",
                 message="IB/RoCE link flapping: " + "; ".join(flapping),
                 action=action,
@@ -269,7 +267,6 @@ def judge_fabric_trends(
         findings.append(
             _node_finding(
                 INFINIBAND,
-                status=warn_or_fail(action),
                 code="IB_ERROR_RATE",
                 message=f"IB/RoCE error counters over threshold in {window}: " + "; ".join(noisy),
                 action=action,
@@ -286,7 +283,6 @@ def _vanished(gone: frozenset[str], settings: FabricConfig) -> list[Finding]:
     return [
         _node_finding(
             INFINIBAND,
-            status=warn_or_fail(action),
             code="IB_DEVICE_MISSING",
             message="RDMA device(s) vanished: " + ", ".join(sorted(gone)),
             action=action,
