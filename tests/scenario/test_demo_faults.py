@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from recording_observer import RecordingObserver
 
-from sim.scenario.engine import LiveState, run_scenario
+from sim.scenario.engine import run_scenario
 from sim.scenario.loader import parse_scenario
-
-
-class Lines:
-    """An observer that keeps the timeline (shown when the run fails) and draws nothing."""
-
-    live = False
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def progress(self, text: str) -> None:
-        self.lines.append(text)
-
-    def event(self, at_s: float, text: str) -> None:
-        self.lines.append(f"{at_s:5.1f}s {text}")
-
-    def refresh(self, state: LiveState) -> None:
-        return
-
 
 XID_154 = """
 schema: gpuhealth.scenario/v1
@@ -48,7 +30,7 @@ expectations:
 @pytest.mark.timeout(90)
 def test_a_scenario_xid154_alone_taints_with_the_action_its_message_names() -> None:
     """As from a driver: XID 154 "GPU Reset Required" taints reset_gpu, "Node Reboot Required" reboot."""
-    observer = Lines()
+    observer = RecordingObserver()
     summary = run_scenario(parse_scenario(XID_154, "t.yaml"), observer)
 
     failed = [f"{r.name}: observed {r.observed}" for r in summary.expectations if not r.passed]

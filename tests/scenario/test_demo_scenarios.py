@@ -9,28 +9,11 @@ drain; alerts sent), an API outage, and the breaker on its own; and the default 
 from __future__ import annotations
 
 import pytest
+from recording_observer import RecordingObserver
 
 from sim.scenario import agents
-from sim.scenario.engine import LiveState, run_scenario
+from sim.scenario.engine import run_scenario
 from sim.scenario.loader import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
-
-
-class Quiet:
-    """An observer that keeps the timeline (shown when a scenario fails) and draws nothing."""
-
-    live = False
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def progress(self, text: str) -> None:
-        self.lines.append(text)
-
-    def event(self, at_s: float, text: str) -> None:
-        self.lines.append(f"{at_s:5.1f}s {text}")
-
-    def refresh(self, state: LiveState) -> None:
-        return
 
 
 def test_the_package_ships_the_default_scenario_and_focused_ones() -> None:
@@ -43,7 +26,7 @@ def test_shipped_scenario_holds_every_expectation(name: str) -> None:
     scenario = load_scenario(shipped_scenarios()[name])
     if scenario.quick_nodes is not None:
         scenario = scenario.resized(scenario.quick_nodes)
-    observer = Quiet()
+    observer = RecordingObserver()
 
     summary = run_scenario(scenario, observer)
 
@@ -78,7 +61,7 @@ def test_agents_ticked_by_the_pool_of_a_large_fleet_taint_at_once_on_an_xid(
     monkeypatch.setattr(agents, "THREADED_UP_TO", 0)
     scenario = parse_scenario(POOLED)
 
-    summary = run_scenario(scenario, Quiet())
+    summary = run_scenario(scenario, RecordingObserver())
 
     assert summary.passed, summary.expectations
     (latency,) = [item for item in summary.fault_to_taint if item.injection == "hit"]
@@ -90,7 +73,7 @@ def test_default_scenario_plays_on_nomad_with_every_expectation_held() -> None:
     """The same story on the emulated Nomad: metadata for the state, eligibility for the quarantine, a drain
     that leaves the agent's system job, the batch job's allocations replaced, the nodes recovered."""
     scenario = load_scenario(shipped_scenarios()["default"]).on("nomad")
-    observer = Quiet()
+    observer = RecordingObserver()
 
     summary = run_scenario(scenario, observer)
 
@@ -120,7 +103,7 @@ expectations:
 def test_a_rebooted_node_is_released_and_its_timeline_shows_no_reset() -> None:
     """XID 79 with recovery on: drain, reboot request, validation, released healthy; a timeline expectation
     naming an action that never happened (reset) fails and shows what was done instead."""
-    summary = run_scenario(parse_scenario(RECOVERY), Quiet())
+    summary = run_scenario(parse_scenario(RECOVERY), RecordingObserver())
 
     results = {r.name: r for r in summary.expectations}
     assert results["rebooted"].passed, results["rebooted"].observed

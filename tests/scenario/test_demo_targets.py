@@ -6,28 +6,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from recording_observer import RecordingObserver
 
-from sim.scenario.engine import LiveState, ScenarioRunError, run_scenario
+from sim.scenario.engine import ScenarioRunError, run_scenario
 from sim.scenario.loader import parse_scenario
-
-
-class Recording:
-    """An observer that keeps every line it is given and draws nothing."""
-
-    live = False
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def progress(self, text: str) -> None:
-        self.lines.append(text)
-
-    def event(self, at_s: float, text: str) -> None:
-        self.lines.append(f"{at_s:5.1f}s {text}")
-
-    def refresh(self, state: LiveState) -> None:
-        return
-
 
 TWO_IDLE_HITS = """
 schema: gpuhealth.scenario/v1
@@ -45,7 +27,7 @@ expectations:
 @pytest.mark.timeout(90)
 def test_two_injections_on_the_same_role_break_two_nodes() -> None:
     """Two `{role: idle}` XID 79s at once: two nodes tainted reboot, not one node hit twice."""
-    observer = Recording()
+    observer = RecordingObserver()
     summary = run_scenario(parse_scenario(TWO_IDLE_HITS, "t.yaml"), observer)
 
     assert summary.passed, "\n".join(observer.lines)
@@ -69,7 +51,7 @@ expectations:
 @pytest.mark.timeout(30)
 def test_a_role_target_larger_than_the_fleet_is_refused_before_anything_starts() -> None:
     """Six idle nodes wanted of four: ScenarioRunError naming the injection, and no fleet was started."""
-    observer = Recording()
+    observer = RecordingObserver()
     with pytest.raises(ScenarioRunError, match=r"injection burst: 6 idle nodes #0") as caught:
         run_scenario(parse_scenario(TOO_MANY, "t.yaml"), observer)
 
@@ -109,7 +91,7 @@ def test_a_target_that_comes_up_short_while_playing_ends_the_run_cleanly(thread_
     first took one of two): one ScenarioRunError, and no thread dies with a traceback on the way out
     (the taint probe used to read the stopped orchestrator: "the orchestrator is not started")."""
     with pytest.raises(ScenarioRunError, match=r"injection second: training node #1: only 1 training node"):
-        run_scenario(parse_scenario(SHORT_WHILE_PLAYING, "t.yaml"), Recording())
+        run_scenario(parse_scenario(SHORT_WHILE_PLAYING, "t.yaml"), RecordingObserver())
 
     # A probe left running would fail its next read within a poll (20 ms); give it ample time to.
     threading.Event().wait(0.5)
