@@ -19,7 +19,7 @@ from helm_render import NAMESPACE, render
 from kube_apply import Applier
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from realkube import eventually
+from waiting import wait_until
 
 import tests.helm.test_chart as chart_tests
 import tests.helm.test_chart_features as feature_tests
@@ -57,7 +57,7 @@ def applier(control_plane: ControlPlane) -> Any:
                     return False
         return True
 
-    assert eventually(established), "the CRDs were never established"
+    assert wait_until(established), "the CRDs were never established"
     yield made
     api_client.close()
 

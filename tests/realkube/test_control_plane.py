@@ -13,7 +13,8 @@ import pytest
 from control_plane import NODE_MONITOR_GRACE_S, ControlPlane, ControlPlaneUnavailable, find_binaries
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from realkube import Cluster, eventually
+from realkube import Cluster
+from waiting import wait_until
 
 
 def test_the_api_server_is_kubernetes_1_37_with_node_and_rbac_authorization(cluster: Cluster) -> None:
@@ -58,14 +59,14 @@ def test_a_pod_is_bound_run_and_its_graceful_deletion_finished(cluster: Cluster)
         "spec": {"containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": 30},
     }
     cluster.core.create_namespaced_pod(cluster.namespace, body)
-    assert eventually(lambda: len(cluster.running()) == 1), "the pod never ran"
+    assert wait_until(lambda: len(cluster.running()) == 1), "the pod never ran"
     (pod,) = cluster.running()
     assert pod["spec"]["nodeName"] in cluster.node_names
     assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
 
     cluster.core.delete_namespaced_pod("p", cluster.namespace)
 
-    assert eventually(lambda: cluster.pods() == [], timeout=20.0), "the kubelet did not finish the deletion"
+    assert wait_until(lambda: cluster.pods() == [], timeout=20.0), "the kubelet did not finish the deletion"
 
 
 @pytest.mark.slow
@@ -82,7 +83,7 @@ def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control
             taints = cluster.node(name)["spec"].get("taints") or []
             return any(t["key"] == "node.kubernetes.io/unreachable" for t in taints)
 
-        assert eventually(lambda: unreachable(dead), timeout=NODE_MONITOR_GRACE_S * 4), (
+        assert wait_until(lambda: unreachable(dead), timeout=NODE_MONITOR_GRACE_S * 4), (
             "the dead node was never noticed"
         )
         ready = next(c for c in cluster.node(dead)["status"]["conditions"] if c["type"] == "Ready")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +20,12 @@ from control_plane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from realkube import Cluster
+from waiting import wait_until
 
 from gpuhealth.core.clock import RealClock
 from remediation.kubernetes.rest import JSON, MERGE_PATCH, STRATEGIC_MERGE_PATCH, RestClient
 from sim.kube.harness import running_kube_sim
 
-HANG_GUARD_S = 20.0
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
@@ -121,10 +120,7 @@ class Target:
 
     @staticmethod
     def wait(predicate: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not predicate():
-            assert time.monotonic() < deadline, "hang guard"
-            time.sleep(0.05)
+        assert wait_until(predicate, interval=0.05), "hang guard"
 
 
 # --- probes -------------------------------------------------------------------------------------------------

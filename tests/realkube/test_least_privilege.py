@@ -21,8 +21,9 @@ from helm_render import AGENT_ACCOUNT, AGENT_USER, NAMESPACE, render
 from kube_apply import Applier
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from realkube import Cluster, RealGpuNode, eventually
+from realkube import Cluster, RealGpuNode
 from structlog.testing import capture_logs
+from waiting import wait_until
 
 from gpuhealth.core.clock import ManualClock
 from remediation.plan import RemediationPolicy
@@ -117,7 +118,7 @@ def agent(cluster: Cluster, chart_policies: list[dict[str, Any]]) -> Iterator[Ag
             return True
         return False
 
-    assert eventually(enforced), "the admission policies were never enforced"
+    assert wait_until(enforced), "the admission policies were never enforced"
     yield made
     made.close()
 
@@ -339,7 +340,7 @@ def test_an_operators_own_policy_denying_with_422_holds_the_agent_too(
                 return bool(exc.status == 422)
             return False
 
-        assert eventually(frozen), "the operators' policy was never enforced"
+        assert wait_until(frozen), "the operators' policy was never enforced"
         with capture_logs() as logs:
             first = node.tick()
             node.ticks(3)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client
-from realkube import CLEAN_READINGS, DWELL_S, Cluster, RealGpuNode, eventually
+from realkube import Cluster, RealGpuNode
+from scenario_rig import CLEAN_READINGS, DWELL_S
+from waiting import wait_until
 
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.steps import SetTaint
@@ -110,7 +112,7 @@ def test_a_human_uncordon_is_never_undone_for_the_same_incident(
     assert gpu_node.node()["metadata"]["annotations"]["gpuhealth.io/cordoned"] == "true"
 
     human.patch_node(gpu_node.name, {"spec": {"unschedulable": False}})
-    assert eventually(lambda: not gpu_node.executor.facts().unschedulable), "the watch never saw the uncordon"
+    assert wait_until(lambda: not gpu_node.executor.facts().unschedulable), "the watch never saw the uncordon"
     gpu_node.tick()
     gpu_node.ticks(5)
 

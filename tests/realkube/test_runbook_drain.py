@@ -21,7 +21,8 @@ from control_plane import ControlPlane
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from live_aggregator import LiveAggregator
-from realkube import HANG_GUARD_S, TAINT_KEY, Cluster, eventually
+from realkube import TAINT_KEY, Cluster
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
@@ -163,13 +164,13 @@ def start_gang(cluster: Cluster, name: str, *, min_available: int, pod_failure_p
     client.BatchV1Api(cluster.admin).create_namespaced_job(
         cluster.namespace, gang_job(name, pod_failure_policy=pod_failure_policy)
     )
-    assert eventually(lambda: len(cluster.running(**labels)) == 4), "the Job's 4 pods never ran"
+    assert wait_until(lambda: len(cluster.running(**labels)) == 4), "the Job's 4 pods never ran"
 
     def computed() -> bool:
         status = policy.read_namespaced_pod_disruption_budget(name, cluster.namespace).status
         return status is not None and status.expected_pods == 4 and status.current_healthy == 4
 
-    assert eventually(computed), "the disruption controller never computed the budget"
+    assert wait_until(computed), "the disruption controller never computed the budget"
     return name
 
 
@@ -191,7 +192,7 @@ def start_daemonset(cluster: Cluster) -> dict[str, str]:
     }
     client.AppsV1Api(cluster.admin).create_namespaced_daemon_set(cluster.namespace, body)
     count = len(cluster.node_names)
-    assert eventually(lambda: len(cluster.running(**labels)) == count), "the DaemonSet's pods never ran"
+    assert wait_until(lambda: len(cluster.running(**labels)) == count), "the DaemonSet's pods never ran"
     return labels
 
 
@@ -243,7 +244,7 @@ def test_a_job_with_pod_failure_policy_is_drained_and_its_pod_replaced_by_the_re
         pods = cluster.running(**labels)
         return len(pods) == 4 and all(p["spec"]["nodeName"] != bad for p in pods)
 
-    assert eventually(replaced_elsewhere), "the Job controller's replacement never ran on a healthy node"
+    assert wait_until(replaced_elsewhere), "the Job controller's replacement never ran on a healthy node"
     assert len(uids(before) & uids(cluster.running(**labels))) == 3
     job = cluster.to_dict(client.BatchV1Api(cluster.admin).read_namespaced_job("ft", cluster.namespace))
     assert not job["status"].get("failed"), "the DisruptionTarget failure was counted against the Job"
@@ -281,9 +282,9 @@ def test_a_job_without_pod_failure_policy_counts_the_eviction_and_still_replaces
         pods = cluster.running(**labels)
         return len(pods) == 4 and all(p["spec"]["nodeName"] != bad for p in pods)
 
-    assert eventually(replaced_elsewhere), "the Job controller's replacement never ran on a healthy node"
+    assert wait_until(replaced_elsewhere), "the Job controller's replacement never ran on a healthy node"
     batch = client.BatchV1Api(cluster.admin)
-    assert eventually(lambda: batch.read_namespaced_job("plain", cluster.namespace).status.failed == 1)
+    assert wait_until(lambda: batch.read_namespaced_job("plain", cluster.namespace).status.failed == 1)
     job = cluster.to_dict(batch.read_namespaced_job("plain", cluster.namespace))
     assert REQUEUED_ANNOTATION not in (job["metadata"].get("annotations") or {})
 

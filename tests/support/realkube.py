@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +19,14 @@ from control_plane import ControlPlane
 from fake_kubelet import FakeKubelets
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from scenario_rig import ClockSleep
+from scenario_rig import GpuNodeRig
+from waiting import wait_until
 
-from agent.backends.fake_nvml import FakeNvml
-from agent.loop import Agent, TickResult
-from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import DebounceConfig
-from agent.wiring import build_agent
+from agent.settings import AgentSettings
 from gpuhealth.core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
-from remediation.plan import RemediationPolicy
 
-HANG_GUARD_S = 20.0  # real controllers and watches: generous bounds, never a measurement
-DWELL_S = 60.0
-CLEAN_READINGS = 3
 TAINT_KEY = "gpuhealth.io/unhealthy"
 
 _serial = itertools.count()
@@ -45,16 +36,6 @@ def unique_prefix() -> str:
     """``<worker>-t<n>``: node and namespace names no other test of this run uses."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
     return f"{worker}-t{next(_serial)}-{os.getpid() % 10000}"
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = HANG_GUARD_S, every: float = 0.05) -> bool:
-    """True as soon as ``predicate`` holds; False after ``timeout`` (a hang guard)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every)
-    return predicate()
 
 
 class Cluster:
@@ -71,7 +52,7 @@ class Cluster:
         self.kubelets = FakeKubelets(plane, self.node_names, namespaces=[self.namespace], gpus=gpus).start()
         # A node is created with node.kubernetes.io/not-ready:NoSchedule (TaintNodesByCondition); the node
         # lifecycle controller removes it once it sees Ready=True. Tests start from nodes without it.
-        assert eventually(self._untainted), "the node lifecycle controller never took the not-ready taint off"
+        assert wait_until(self._untainted), "the node lifecycle controller never took the not-ready taint off"
 
     def _untainted(self) -> bool:
         return all(
@@ -120,84 +101,29 @@ class Cluster:
         return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
 
 
-class RealGpuNode:
-    """``scenario_rig.GpuNode`` against the real API server: one node of a :class:`Cluster` and its agent."""
+class RealGpuNode(GpuNodeRig[KubernetesExecutor]):
+    """The scenario rig's GPU node (``scenario_rig.GpuNodeRig``) against the real API server: one node of a
+    :class:`Cluster` and its agent, whose executor talks to kube-apiserver with ``api_client``."""
 
     def __init__(
         self, cluster: Cluster, node: str, clock: ManualClock, state_dir: Path, api_client: client.ApiClient
     ) -> None:
+        super().__init__(clock, state_dir, node)
         self.cluster = cluster
-        self.name = node
-        self.clock = clock
-        self.state_dir = state_dir
         self.api_client = api_client
-        self.nvml = FakeNvml("h100_sxm", 8, seed=7, node_name=node)
-        self.sleep = ClockSleep(clock)
-        self.policy = RemediationPolicy()
-        self.dry_run = False
-        self.executors: list[KubernetesExecutor] = []
-        self.agents: list[Agent] = []
-        self._agent: Agent | None = None
 
-    @property
-    def agent(self) -> Agent:
-        if self._agent is None:
-            self._agent = self.start_agent()
-        return self._agent
+    def settings(self, **common: Any) -> AgentSettings:
+        retry = RetrySettings(attempts=6, initial_wait_s=0.2, max_wait_s=5.0, deadline_s=10.0)
+        return AgentSettings(**common, kubernetes={"retry": retry})
 
-    @property
-    def executor(self) -> KubernetesExecutor:
-        return self.executors[-1]
-
-    def start_agent(self) -> Agent:
-        settings = AgentSettings(
-            node_name=self.name,
-            state_dir=self.state_dir,
-            dry_run=self.dry_run,
-            debounce=DebounceConfig(min_dwell_s=DWELL_S, clean_readings_to_recover=CLEAN_READINGS),
-            policy=self.policy,
-            kubernetes={
-                "retry": RetrySettings(attempts=6, initial_wait_s=0.2, max_wait_s=5.0, deadline_s=10.0)
-            },
-            http=HttpSettings(enabled=False),
-        )
-        executor = KubernetesExecutor(
+    def connect(self, settings: AgentSettings) -> KubernetesExecutor:
+        return KubernetesExecutor(
             self.api_client,
             self.name,
             retry=settings.kubernetes.retry,
             clock=self.clock.now,
             sleep=self.sleep,
         )
-        assert executor.wait_synced(HANG_GUARD_S), "the executor's watch never listed the node"
-        self.executors.append(executor)
-        agent = build_agent(settings, library=self.nvml, clock=self.clock, executor=executor)
-        self.agents.append(agent)
-        self._agent = agent
-        return agent
-
-    def restart_agent(self) -> Agent:
-        self.agent.close()
-        self._agent = None
-        return self.agent
-
-    def tick(self) -> TickResult:
-        return self.agent.tick()
-
-    def ticks(self, count: int, *, every_s: float = 10.0) -> list[TickResult]:
-        results = []
-        for _ in range(count):
-            self.clock.advance(every_s)
-            results.append(self.tick())
-        return results
-
-    def xid(self, xid: int, gpu: int = 0) -> None:
-        feed = self.agent.parts.feed
-        assert feed is not None
-        feed.ensure_watching()
-        assert feed.watching, "the XID watcher is not running"
-        self.agent.wake.clear()
-        assert self.nvml.inject_xid(gpu, xid)
-        assert self.agent.wake.wait(HANG_GUARD_S), "the XID did not wake the loop"
 
     # --- what the API server holds -------------------------------------------------------------------------
 
@@ -225,10 +151,3 @@ class RealGpuNode:
         return [
             e["reason"] for e in self.cluster.node_events(self.name) if e["reason"].startswith("GPUHealth")
         ]
-
-    def writes(self) -> int:
-        return sum(executor.writes_total for executor in self.executors)
-
-    def close(self) -> None:
-        for agent in self.agents:
-            agent.close()

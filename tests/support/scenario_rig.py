@@ -64,10 +64,11 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
     before ``restart_agent()``); each new agent reads them.
     """
 
-    def __init__(self, clock: ManualClock, state_dir: Path) -> None:
+    def __init__(self, clock: ManualClock, state_dir: Path, node: str = NODE) -> None:
+        self.name = node
         self.clock = clock
         self.state_dir = state_dir
-        self.nvml = FakeNvml("h100_sxm", 8, seed=7, node_name=NODE)
+        self.nvml = FakeNvml("h100_sxm", 8, seed=7, node_name=node)
         # The node's own InfiniBand tree (8 ports, all up), never the host's /sys/class/infiniband.
         self.infiniband = FakeInfiniband(state_dir.parent / f"{state_dir.name}-infiniband", devices=8)
         self.sleep = ClockSleep(clock)
@@ -103,7 +104,7 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
     def start_agent(self) -> Agent:
         """A new agent process on this node: same state directory, new executor and watch."""
         settings = self.settings(
-            node_name=NODE,
+            node_name=self.name,
             state_dir=self.state_dir,
             dry_run=self.dry_run,
             debounce=DebounceConfig(min_dwell_s=self.dwell_s, clean_readings_to_recover=self.clean_readings),
