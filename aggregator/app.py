@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.forget import forget_node
 from aggregator.metrics import AggregatorMetrics
 from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, decode_token
+from aggregator.report_route import REPORTS_PATH, lean_report_route, store_report
 from aggregator.retention import Pruner
 from aggregator.settings import AggregatorSettings
 from aggregator.store import audit, diag_requests
@@ -157,20 +157,17 @@ def create_app(
 
 
 def _register_reports(app: FastAPI, ctx: _Context) -> None:
-    """Agent reports."""
+    """Agent reports: served by the lean route (aggregator/report_route.py), documented by this one."""
     authenticated = ctx.access.authenticated()
+    store = store_report(ctx.writer, ctx.metrics)
+    app.router.routes.append(lean_report_route(ctx.access, store))
 
-    @app.post("/v1/reports", response_model=ReportAck, responses=ERRORS, tags=["agents"])
+    @app.post(REPORTS_PATH, response_model=ReportAck, responses=ERRORS, tags=["agents"])
     async def post_report(report: Report, caller: Caller = authenticated) -> ReportAck:
         """Store an agent report (the node's own agent only). Idempotent by (node, epoch, seq): a retry is
         acknowledged and not counted."""
         require_agent_of(caller.principal, report.node, "report")
-        started = time.perf_counter()
-        ack = await ctx.writer.submit(report)
-        ctx.metrics.report_seconds.observe(time.perf_counter() - started)
-        outcome = "accepted" if ack.accepted else "refused" if ack.refused else "duplicate"
-        ctx.metrics.reports.labels(outcome).inc()
-        return ack
+        return await store(report)
 
 
 def _register_fleet(app: FastAPI, ctx: _Context) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from aggregator.auth.answer_cache import UNKNOWN
 from aggregator.auth.authenticators import Authenticator, SharedTokenAuthenticator, TokenFileAuthenticator
 from aggregator.auth.kubernetes import TokenReviewAuthenticator, credentials_from_file
 from aggregator.auth.nomad import NomadIdentityAuthenticator
@@ -63,6 +64,20 @@ class AuthChain:
             return Caller(ANONYMOUS, client)
         self._refuse(client, "no token")
         raise AssertionError("unreachable")  # pragma: no cover - _refuse raises
+
+    def resolve_known(self, token: str | None, client: str) -> Caller | None:
+        """:meth:`resolve` from what is known without asking another server; None: ask (in a thread).
+
+        Refusals are decided here too when every authenticator already knows its answer.
+        """
+        if token:
+            for authenticator in self._authenticators:
+                principal = authenticator.known_answer(token)
+                if principal is UNKNOWN:
+                    return None
+                if principal is not None:
+                    return Caller(principal, client)
+        return self.resolve(token, client)  # nothing left that could block: the usual answer or refusal
 
     def _refuse(self, client: str, reason: str) -> None:
         self._unauthorized.refused(client, reason)

@@ -4,11 +4,12 @@ No ``from __future__ import annotations`` here: the dependencies are closures, a
 their ``Annotated`` parameters if the annotations are evaluated where they are defined.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from aggregator.auth.chain import AuthChain, Caller, NotAuthenticated
 from aggregator.auth.principal import Role
@@ -24,25 +25,41 @@ class Access:
 
     def __init__(self, chain: AuthChain) -> None:
         self._chain = chain
-        self.caller: Callable[..., Caller] = self._caller_dependency()
+        self.caller: Callable[..., Awaitable[Caller]] = self._caller_dependency()
 
-    def _caller_dependency(self) -> Callable[..., Caller]:
-        chain = self._chain
+    def _caller_dependency(self) -> Callable[..., Awaitable[Caller]]:
+        identify = self.identify
 
-        # Not async: an authenticator may ask another server (TokenReview), so FastAPI runs this in a thread.
-        def caller(
+        async def caller(
             request: Request,
             credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         ) -> Caller:
-            client = request.client.host if request.client else "unknown"
-            try:
-                return chain.resolve(credentials.credentials if credentials else None, client)
-            except NotAuthenticated as exc:
-                raise HTTPException(
-                    status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
-                ) from exc
+            return await identify(request, credentials.credentials if credentials else None)
 
         return caller
+
+    async def identify(self, request: Request, token: str | None) -> Caller:
+        """The caller of ``request`` sending bearer ``token``; 401 when no authenticator knows it.
+
+        On the event loop when the answer is known (a token file entry, a cached review): every report
+        passes here, and a thread hop per request cost more than the rest of the authentication. Only an
+        answer that needs another server (TokenReview, JWKS) is found in a thread.
+        """
+        client = request.client.host if request.client else "unknown"
+        try:
+            known = self._chain.resolve_known(token, client)
+            if known is not None:
+                return known
+            return await run_in_threadpool(self._chain.resolve, token, client)
+        except NotAuthenticated as exc:
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
+            ) from exc
+
+    async def identify_bearer(self, request: Request) -> Caller:
+        """:meth:`identify` with the token of the request's ``Authorization: Bearer`` header, if any."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return await self.identify(request, token.strip() if scheme.lower() == "bearer" else None)
 
     def authenticated(self) -> Any:
         """Any authenticated caller; the route applies its own rule (agents' routes)."""

@@ -10,7 +10,6 @@ the token's hash), so a fleet's reports cost the API server a review per agent p
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +18,8 @@ from typing import Any
 import httpx
 import structlog
 
+from aggregator.auth.answer_cache import UNKNOWN, AnswerCache, Unknown
 from aggregator.auth.principal import AuthMethod, Principal, Role
-from aggregator.auth.token_file import token_sha256
 
 log = structlog.get_logger(__name__)
 
@@ -52,25 +51,21 @@ class TokenReviewAuthenticator:
         self._credentials = credentials
         self._audience = audience
         self._service_accounts = frozenset(service_accounts)
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._answers = AnswerCache(monotonic, MAX_CACHED)
+
+    def known_answer(self, token: str) -> Principal | Unknown | None:
+        return self._answers.get(token)
 
     def authenticate(self, token: str) -> Principal | None:
-        key = token_sha256(token)
-        now = self._monotonic()
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        cached = self._answers.get(token)
+        if cached is not UNKNOWN:
+            return cached
+        now = self._answers.now()
         answered, principal = self._review(token)
         if not answered:
             return None  # not cached: the API server did not answer, ask again next time
         ttl = CACHE_TTL_S if principal is not None else NEGATIVE_CACHE_TTL_S
-        with self._lock:
-            if len(self._cache) >= MAX_CACHED:
-                self._cache.clear()
-            self._cache[key] = (now + ttl, principal)
+        self._answers.put(token, principal, now + ttl)
         return principal
 
     def _review(self, token: str) -> tuple[bool, Principal | None]:

@@ -9,7 +9,6 @@ Answers are cached (by the token's hash) until the token expires or for a minute
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,8 +17,8 @@ import httpx
 import jwt
 import structlog
 
+from aggregator.auth.answer_cache import UNKNOWN, AnswerCache, Unknown
 from aggregator.auth.principal import AuthMethod, Principal, Role
-from aggregator.auth.token_file import token_sha256
 
 log = structlog.get_logger(__name__)
 
@@ -53,27 +52,25 @@ class NomadIdentityAuthenticator:
         self._audience = audience
         self._agent_jobs = frozenset(agent_jobs)
         self._credentials = credentials
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._answers = AnswerCache(clock, MAX_CACHED)
+
+    def known_answer(self, token: str) -> Principal | Unknown | None:
+        if token.count(".") != 2:
+            return None
+        return self._answers.get(token)
 
     def authenticate(self, token: str) -> Principal | None:
         if token.count(".") != 2:  # not a JWT: some other authenticator's token
             return None
-        key = token_sha256(token)
-        now = self._clock()
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        cached = self._answers.get(token)
+        if cached is not UNKNOWN:
+            return cached
+        now = self._answers.now()
         answered, principal, expires = self._verify(token)
         if not answered:
             return None
         until = min(expires, now + CACHE_TTL_S) if principal is not None else now + NEGATIVE_CACHE_TTL_S
-        with self._lock:
-            if len(self._cache) >= MAX_CACHED:
-                self._cache.clear()
-            self._cache[key] = (until, principal)
+        self._answers.put(token, principal, until)
         return principal
 
     def _verify(self, token: str) -> tuple[bool, Principal | None, float]:

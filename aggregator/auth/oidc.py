@@ -14,8 +14,8 @@ import httpx
 import jwt
 import structlog
 
+from aggregator.auth.answer_cache import UNKNOWN, AnswerCache, Unknown
 from aggregator.auth.principal import AuthMethod, Principal, Role
-from aggregator.auth.token_file import token_sha256
 
 log = structlog.get_logger(__name__)
 
@@ -44,29 +44,28 @@ class OidcAuthenticator:
         self._role_map = {group: Role(role) for group, role in role_map.items()}
         self._name_claim = name_claim
         self._groups_claim = groups_claim
-        self._clock = clock
         self._timeout_s = timeout_s
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the lazily discovered JWKS client
         self._jwks: jwt.PyJWKClient | None = None
-        self._cache: dict[str, tuple[float, Principal]] = {}
+        self._answers = AnswerCache(clock, MAX_CACHED)
+
+    def known_answer(self, token: str) -> Principal | Unknown | None:
+        if token.count(".") != 2:
+            return None
+        return self._answers.get(token)
 
     def authenticate(self, token: str) -> Principal | None:
         if token.count(".") != 2:
             return None
-        key = token_sha256(token)
-        now = self._clock()
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        cached = self._answers.get(token)
+        if cached is not UNKNOWN:
+            return cached
+        now = self._answers.now()
         verified = self._verify(token)
         if verified is None:
-            return None
+            return None  # not remembered: a refused ID token costs a signature check, no remote call
         principal, expires = verified
-        with self._lock:
-            if len(self._cache) >= MAX_CACHED:
-                self._cache.clear()
-            self._cache[key] = (min(expires, now + CACHE_TTL_S), principal)
+        self._answers.put(token, principal, min(expires, now + CACHE_TTL_S))
         return principal
 
     def _verify(self, token: str) -> tuple[Principal, float] | None:

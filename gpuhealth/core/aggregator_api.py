@@ -6,6 +6,7 @@ Pure pydantic, no web or database imports, so the agent and the CLI can use them
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -64,6 +65,35 @@ ShortText = Annotated[str, Field(max_length=1000)]
 
 def reject_unstorable_text(value: object) -> None:
     """Refuse NUL characters and lone surrogates anywhere: no database can store them as text."""
+    if _plainly_storable(value):
+        return
+    _walk_for_unstorable_text(value)
+
+
+def _plainly_storable(value: object) -> bool:
+    """A fast proof that a JSON-shaped tree holds no NUL and no lone surrogate (False: look closer).
+
+    Every report passes through here, and walking its tree in Python cost more than storing it. The C
+    encoder writes a NUL as the escape ``\\u0000`` and leaves a lone surrogate as it is (so the text does
+    not encode to UTF-8); keys are encoded too. Text that merely contains a backslash and ``u0000`` also
+    matches, and anything the encoder cannot serialise is not proven: both go to the exact walk.
+    """
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=True)
+    except (TypeError, ValueError):
+        return False
+    if "\\u0000" in encoded:
+        return False
+    if encoded.isascii():
+        return True
+    try:
+        encoded.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _walk_for_unstorable_text(value: object) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise ValueError("text must not contain NUL characters")
@@ -74,11 +104,11 @@ def reject_unstorable_text(value: object) -> None:
                 raise ValueError("text must be valid Unicode (no lone surrogates)") from exc
     elif isinstance(value, dict):
         for key, item in value.items():
-            reject_unstorable_text(key)
-            reject_unstorable_text(item)
+            _walk_for_unstorable_text(key)
+            _walk_for_unstorable_text(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            reject_unstorable_text(item)
+            _walk_for_unstorable_text(item)
 
 
 class _Wire(BaseModel):

@@ -3,6 +3,7 @@ token, the loopback-only anonymous demo, and 401s logged rate-limited without th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 import structlog
 
+from aggregator.auth.answer_cache import AnswerCache, Unknown
 from aggregator.auth.authenticators import SharedTokenAuthenticator, TokenFileAuthenticator
-from aggregator.auth.chain import AuthChain, NotAuthenticated, build_chain
-from aggregator.auth.principal import AuthMethod, Role
+from aggregator.auth.chain import AuthChain, Caller, NotAuthenticated, build_chain
+from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import MIN_TOKEN_LENGTH, TokenFileError, load_token_file, token_sha256
 from aggregator.auth.unauthorized_log import UnauthorizedLog
 from aggregator.settings import SettingsError, load_settings
@@ -76,6 +78,61 @@ def test_short_tokens_never_authenticate_even_when_their_hash_is_listed(tmp_path
     path = tmp_path / "tokens.yaml"
     path.write_text(f"tokens: [{{name: ana, role: admin, sha256: {token_sha256(short)}}}]")
     assert TokenFileAuthenticator(load_token_file(path)).authenticate(short) is None
+
+
+def test_a_fleet_sized_token_file_names_each_node_by_its_own_token(tmp_path: Path) -> None:
+    tokens = {f"gpu-node-{n}": f"{n:08d}-" + "t" * MIN_TOKEN_LENGTH for n in range(10_000)}
+    entries = [
+        {"name": node, "role": "agent", "node": node, "sha256": token_sha256(token)}
+        for node, token in tokens.items()
+    ]
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"tokens": entries}))
+    authenticator = TokenFileAuthenticator(load_token_file(path))
+    for node in ("gpu-node-0", "gpu-node-4711", "gpu-node-9999"):
+        principal = authenticator.known_answer(tokens[node])
+        assert isinstance(principal, Principal)
+        assert (principal.name, principal.node) == (node, node)
+    assert authenticator.authenticate("x" * MIN_TOKEN_LENGTH) is None
+
+
+class _SlowAuthority:
+    """An authenticator that must ask another server until it has answered a token once (as the TokenReview,
+    Nomad and OIDC authenticators do), counting what it was asked."""
+
+    def __init__(self, principal: Principal) -> None:
+        self._principal = principal
+        self.remote_calls = 0
+        self._answers = AnswerCache(lambda: 0.0, 10)
+
+    def known_answer(self, token: str) -> Principal | Unknown | None:
+        return self._answers.get(token)
+
+    def authenticate(self, token: str) -> Principal | None:
+        known = self._answers.get(token)
+        if not isinstance(known, Unknown):
+            return known
+        self.remote_calls += 1
+        answer = self._principal if token == TOKEN else None
+        self._answers.put(token, answer, until=60.0)
+        return answer
+
+
+def test_a_known_answer_is_given_at_once_and_only_an_unknown_one_is_sent_to_the_thread() -> None:
+    agent = Principal(name="n1", role=Role.AGENT, method=AuthMethod.KUBERNETES, node="n1")
+    authority = _SlowAuthority(agent)
+    chain = AuthChain([SharedTokenAuthenticator("s" * MIN_TOKEN_LENGTH, Role.ADMIN), authority])
+    assert chain.resolve_known(TOKEN, "10.0.0.5") is None  # must ask: the caller goes to a thread
+    assert chain.resolve(TOKEN, "10.0.0.5").principal == agent
+    assert chain.resolve_known(TOKEN, "10.0.0.5") == Caller(agent, "10.0.0.5")
+    assert authority.remote_calls == 1
+    wrong = "w" * MIN_TOKEN_LENGTH
+    assert chain.resolve_known(wrong, "10.0.0.5") is None
+    with pytest.raises(NotAuthenticated):
+        chain.resolve(wrong, "10.0.0.5")
+    with pytest.raises(NotAuthenticated):  # the refusal is remembered too, and given without a thread
+        chain.resolve_known(wrong, "10.0.0.5")
+    assert authority.remote_calls == 2
 
 
 def test_the_hashing_tool_reads_stdin_and_refuses_short_tokens() -> None:
