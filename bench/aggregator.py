@@ -4,7 +4,9 @@
 per database, registers N simulated 8-GPU nodes (one report each), then sends a second full round of
 reports (the steady state: every node updating its row) with ``--concurrency`` requests in flight, then a
 third round paced at the rate a 10,000-node fleet reporting every 30 s really sends (``at_fleet_rate``),
-and times ``GET /v1/fleet`` at N nodes. The load generator runs on the same machine (a minimal HTTP client, so
+times ``GET /v1/fleet`` at N nodes, and last has every agent restart at once (``reregister_burst``: N
+connections opened together, each sending a report of a new epoch; any answer that is not 2xx/4xx, or a
+dropped connection, is a server error). The load generator runs on the same machine (a minimal HTTP client, so
 that it costs little CPU); ``server_cpu_ms_per_report`` is the aggregator process's own CPU time per report,
 and ``store_only`` the ingest rate of the store itself, without HTTP.
 PostgreSQL needs ``--postgres-url`` or the server binaries in /usr/lib/postgresql/15/bin (a throw-away
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,7 @@ from gpuhealth.core.logging import configure_logging
 
 TOKEN = "bench-token-" + "0" * 32  # a throw-away token for a local benchmark server
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-TARGETS = {"reports_per_s": 2000, "ingest_p99_ms": 50, "summary_p99_ms": 100}
+TARGETS = {"reports_per_s": 2000, "ingest_p99_ms": 50, "summary_p99_ms": 100, "reregister_burst_s": 30}
 GPUS = 8
 
 
@@ -47,9 +50,9 @@ def _percentile(sorted_values: Sequence[float], fraction: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-def _report(node: str, seq: int) -> dict[str, Any]:
-    """A healthy 8-GPU node's report, as an agent sends it every interval."""
-    return {
+def _report(node: str, seq: int, epoch: str | None = None) -> dict[str, Any]:
+    """A healthy 8-GPU node's report, as an agent sends it every interval (``epoch``: after a restart)."""
+    body: dict[str, Any] = {
         "schema": "gpuhealth.report/v1",
         "node": node,
         "seq": seq,
@@ -64,6 +67,9 @@ def _report(node: str, seq: int) -> dict[str, Any]:
         ],
         "labels": {"topology.kubernetes.io/zone": "zone-a", "nvidia.com/gpu.product": "NVIDIA-H200"},
     }
+    if epoch is not None:
+        body["epoch"] = epoch
+    return body
 
 
 def _free_port() -> int:
@@ -156,6 +162,53 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
+async def _burst(url: str, bodies: list[bytes]) -> tuple[float, list[float], Counter[str]]:
+    """Every body on its own new connection, all at once: a fleet's agents restarting together.
+
+    Returns the wall time until the last answer, the latencies of the answered ones, and the count of each
+    outcome (HTTP status, or the connection error), so that a refusal is counted rather than fatal.
+    """
+    parsed = httpx.URL(url)
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+
+    async def agent(body: bytes) -> None:
+        started = time.perf_counter()
+        try:
+            reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+        except OSError as exc:
+            outcomes[type(exc).__name__] += 1
+            return
+        try:
+            writer.write(
+                f"POST /v1/reports HTTP/1.1\r\nHost: {parsed.host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            status, _ = await _read_response(reader)
+            outcomes[str(status)] += 1
+            latencies.append(time.perf_counter() - started)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            outcomes[type(exc).__name__] += 1
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(agent(body) for body in bodies))
+    return time.perf_counter() - started, latencies, outcomes
+
+
+def _burst_stats(wall: float, latencies: list[float], outcomes: Counter[str]) -> dict[str, Any]:
+    ordered = sorted(latencies) or [0.0]
+    return {
+        "reports": sum(outcomes.values()),
+        "wall_s": round(wall, 2),
+        "p99_ms": round(_percentile(ordered, 0.99) * 1000, 2),
+        "outcomes": dict(sorted(outcomes.items())),
+        "server_errors": sum(n for outcome, n in outcomes.items() if not outcome.startswith(("2", "4"))),
+    }
+
+
 def _ingest_stats(wall: float, latencies: list[float]) -> dict[str, float]:
     ordered = sorted(latencies)
     return {
@@ -221,6 +274,8 @@ def run_backend(
         at_rate = _ingest_stats(*asyncio.run(_send(server.url, paced, 64, rate=fleet_rate)))
         at_rate["offered_per_s"] = round(fleet_rate, 1)
         summary = _summary_latency(server.url, runs=20)
+        restarted = [json.dumps(_report(f"node-{n}", 1, epoch="restarted")).encode() for n in range(nodes)]
+        reregister = _burst_stats(*asyncio.run(_burst(server.url, restarted)))
     finally:
         server.stop()
     return {
@@ -228,6 +283,7 @@ def run_backend(
         "sustained": sustained,
         "at_fleet_rate": at_rate,
         "summary": summary,
+        "reregister_burst": reregister,
         "store_only_reports_per_s": _store_only(database_url, min(nodes, 2000)),
     }
 
