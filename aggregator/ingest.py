@@ -78,6 +78,10 @@ def ingest_report(conn: Connection, report: Report, settings: AggregatorSettings
         )
         pending = node_requests.pending_count(conn, report.node)
     values = _node_values(report, settings, now)
+    if incident_id is not None:
+        values["gpus"] = _mark_incident_gpus(
+            conn, report, values["gpus"], same_incident=incident_id == row.incident_id
+        )
     values.update(
         incident_id=incident_id, hold=hold, pending_requests=pending, last_seq=report.seq, epoch=report.epoch
     )
@@ -135,6 +139,25 @@ def _node_values(report: Report, settings: AggregatorSettings, now: datetime) ->
         "gpus": [gpu.model_dump(mode="json") for gpu in report.gpus],
         "findings": [finding.model_dump(mode="json") for finding in report.verdict.findings],
     }
+
+
+def _mark_incident_gpus(
+    conn: Connection, report: Report, gpus: list[dict[str, Any]], *, same_incident: bool
+) -> list[dict[str, Any]]:
+    """Mark the GPUs an open incident is about (``in_incident``), and keep them marked until it closes.
+
+    A GPU that failed stays the incident's GPU after its finding clears (an XID leaves the window, a reset
+    GPU reads healthy again) while the node is still tainted and drained: the fleet page must keep showing
+    which GPU the node is out of service for. Only nodes in an incident pay for reading the stored list.
+    """
+    held: set[str] = set()
+    if same_incident:
+        stored = conn.execute(select(nodes.c.gpus).where(nodes.c.name == report.node)).scalar_one_or_none()
+        held = {str(gpu.get("uuid")) for gpu in stored or [] if gpu.get("in_incident")}
+    return [
+        {**gpu, "in_incident": True} if gpu.get("status") == "fail" or gpu.get("uuid") in held else gpu
+        for gpu in gpus
+    ]
 
 
 def _locked_node(conn: Connection, report: Report, settings: AggregatorSettings, now: datetime) -> Any:

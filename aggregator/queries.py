@@ -136,7 +136,10 @@ def _first_label(labels: dict[str, str] | None, names: tuple[str, ...]) -> str |
 
 def _gpu_letters(gpus: list[dict[str, Any]] | None) -> str:
     ordered = sorted(gpus or [], key=lambda gpu: int(gpu.get("index", 0)))
-    return "".join(_GPU_LETTER.get(str(gpu.get("status", "ok")), "u") for gpu in ordered)
+    return "".join(
+        "f" if gpu.get("in_incident") else _GPU_LETTER.get(str(gpu.get("status", "ok")), "u")
+        for gpu in ordered
+    )
 
 
 def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None:

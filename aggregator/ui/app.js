@@ -201,7 +201,7 @@ async function refreshNode(name) {
   $("node-title").dataset.state = node.state;
   $("node-gpus").replaceChildren(el("tr", {}, el("th", { text: "#" }), el("th", { text: "GPU" }), el("th", { text: "status" })),
     ...node.gpus.map((gpu) => el("tr", { "data-gpu": gpu.uuid, "data-status": gpu.status },
-      el("td", { text: String(gpu.index) }), el("td", { text: `${gpu.name || ""} ${gpu.uuid}` }), el("td", { text: gpu.status }))));
+      el("td", { text: String(gpu.index) }), el("td", { text: `${gpu.name || ""} ${gpu.uuid}` }), el("td", { text: gpu.in_incident ? `${gpu.status}, in the open incident` : gpu.status }))));
   $("node-findings").replaceChildren(...node.findings.map((finding) => el("tr", { "data-code": finding.code },
     el("td", { text: finding.status }), el("td", { text: finding.code }), el("td", { text: finding.message }))));
   $("node-incident").textContent = node.incident

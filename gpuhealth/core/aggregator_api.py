@@ -455,7 +455,8 @@ class GridNode(_Wire):
     zone: str | None = Field(default=None, description="The node's zone label, when its agent reports one.")
     pool: str | None = Field(default=None, description="The node's pool label, when its agent reports one.")
     gpus: str = Field(
-        description="One letter per GPU by index, its worst status: o ok, w warn, f fail, u unknown."
+        description="One letter per GPU by index, its worst status: o ok, w warn, f fail (or the GPU an open "
+        "incident is about, after its finding cleared), u unknown."
     )
     incident_id: str | None = None
 
