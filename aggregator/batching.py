@@ -6,6 +6,11 @@ queue up and go into the next transaction together, so the commit cost is shared
 lone report still goes out at once. Every report is acknowledged only after the transaction holding it has
 committed, so an acknowledged report is never lost. If a batch fails, its reports are retried one by one
 so that one bad report cannot fail the others.
+
+On PostgreSQL several writer threads store batches in parallel transactions (``report_writers``): a
+transaction spends most of its time waiting on the server's round trips, and the rows a report locks are
+its own node's. Each batch locks its nodes in name order, so two batches can never wait on each other's
+node rows; a rare deadlock through the breaker's row is broken by the server and the batch retried one by one.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ class ReportWriter:
         self._queue: list[_Pending] = []
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._thread_count = 1 if database.is_sqlite else settings.report_writers
         self._stopping = False
 
     async def submit(self, report: Report) -> ReportAck:
@@ -54,29 +60,31 @@ class ReportWriter:
         pending = _Pending(report, loop.create_future(), loop)
         with self._wake:
             self._queue.append(pending)
-            if self._thread is None:
-                self._start_thread()
+            if not self._threads:
+                self._start_threads()
             self._wake.notify()
         return await pending.future
 
     def stop(self) -> None:
-        """Finish what is queued, then end the thread (a later submit starts a new one)."""
+        """Finish what is queued, then end the threads (a later submit starts new ones)."""
         with self._wake:
             self._stopping = True
-            self._wake.notify()
-            thread = self._thread
-        if thread is not None:
+            self._wake.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(timeout=30)
         with self._wake:
             self._stopping = False
-            self._thread = None
-            if self._queue:  # submitted while the old thread was finishing
-                self._start_thread()
+            self._threads = []
+            if self._queue:  # submitted while the old threads were finishing
+                self._start_threads()
 
-    def _start_thread(self) -> None:
-        """Start the writer thread; called with the lock held."""
-        self._thread = threading.Thread(target=self._run, name="report-writer", daemon=True)
-        self._thread.start()
+    def _start_threads(self) -> None:
+        """Start the writer threads; called with the lock held."""
+        for number in range(self._thread_count):
+            thread = threading.Thread(target=self._run, name=f"report-writer-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def _run(self) -> None:
         while True:
@@ -86,7 +94,7 @@ class ReportWriter:
                 if not self._queue:
                     return
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            self._store(batch)
+            self._store(sorted(batch, key=lambda item: item.report.node))
 
     def _store(self, batch: list[_Pending]) -> None:
         try:

@@ -167,6 +167,13 @@ class AggregatorSettings(BaseModel):
     )
     repeat_offender_days: float = Field(default=7.0, gt=0, description="The repeat-offender period, in days.")
     db_pool_size: int = Field(default=10, ge=1, description="Database connections per aggregator process.")
+    report_writers: int = Field(
+        default=4,
+        ge=1,
+        le=32,
+        description="Threads storing reports in parallel transactions on PostgreSQL (each waits on the "
+        "server's round trips while another works). SQLite has one writer at a time and always uses one.",
+    )
     alert_sinks: list[SinkSettings] = Field(
         default_factory=list, description="Alert receivers (docs/alerts.md); a JSON list in the environment."
     )
