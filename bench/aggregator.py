@@ -35,7 +35,7 @@ from gpuhealth.core.aggregator_api import Report
 from gpuhealth.core.clock import utc_now
 from gpuhealth.core.logging import configure_logging
 
-TOKEN = "bench-token"  # noqa: S105 - a throw-away token for a local benchmark server
+TOKEN = "bench-token-0123456789abcdef0123456789"  # noqa: S105 - a throw-away token for a local benchmark server
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 TARGETS = {"reports_per_s": 2000, "ingest_p99_ms": 50, "summary_p99_ms": 100}
 GPUS = 8

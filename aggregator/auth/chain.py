@@ -16,7 +16,7 @@ from aggregator.auth.kubernetes import TokenReviewAuthenticator, credentials_fro
 from aggregator.auth.nomad import NomadIdentityAuthenticator
 from aggregator.auth.oidc import OidcAuthenticator
 from aggregator.auth.principal import AuthMethod, Principal, Role
-from aggregator.auth.token_file import MIN_TOKEN_LENGTH, load_token_file
+from aggregator.auth.token_file import load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
 from aggregator.settings import AggregatorSettings
 
@@ -84,17 +84,14 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
         entries = load_token_file(settings.token_file)
         authenticators.append(TokenFileAuthenticator(entries))
         log.info("token file loaded", identities=len(entries))
-    if settings.token:
-        if len(settings.token) < MIN_TOKEN_LENGTH:
-            log.warning(
-                "the shared token is shorter than the minimum; use per-identity tokens (docs/security.md)",
-                minimum=MIN_TOKEN_LENGTH,
-            )
+    if settings.token is not None:  # its minimum length is enforced by the settings
         log.warning(
             "the shared token is deprecated: whoever holds it may act as any node (docs/security.md)",
             role=settings.token_role,
         )
-        authenticators.append(SharedTokenAuthenticator(settings.token, Role(settings.token_role)))
+        authenticators.append(
+            SharedTokenAuthenticator(settings.token.get_secret_value(), Role(settings.token_role))
+        )
     if settings.kubernetes_api_url:
         ca = settings.kubernetes_ca_file
         authenticators.append(

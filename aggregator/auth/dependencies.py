@@ -4,6 +4,7 @@ No ``from __future__ import annotations`` here: the dependencies are closures, a
 their ``Annotated`` parameters if the annotations are evaluated where they are defined.
 """
 
+import hmac
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -22,8 +23,9 @@ _bearer = HTTPBearer(
 class Access:
     """Builds the dependencies the routes declare: who the caller is, and which role a route needs."""
 
-    def __init__(self, chain: AuthChain) -> None:
+    def __init__(self, chain: AuthChain, *, metrics_token: str | None = None) -> None:
         self._chain = chain
+        self._metrics_token = metrics_token.encode() if metrics_token else None
         self.caller: Callable[..., Caller] = self._caller_dependency()
 
     def _caller_dependency(self) -> Callable[..., Caller]:
@@ -57,3 +59,27 @@ class Access:
             return caller
 
         return Depends(with_role)
+
+    def metrics_reader(self) -> Any:
+        """The scraper of ``/metrics``: the dedicated metrics token (good for nothing else), or any caller
+        with the viewer role or higher (agents are refused: fleet counts are not theirs to read)."""
+        chain = self._chain
+        metrics_token = self._metrics_token
+
+        def reader(
+            request: Request,
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        ) -> None:
+            given = credentials.credentials.encode() if credentials else b""
+            if metrics_token is not None and hmac.compare_digest(given, metrics_token):
+                return
+            client = request.client.host if request.client else "unknown"
+            try:
+                caller = chain.resolve(credentials.credentials if credentials else None, client)
+            except NotAuthenticated as exc:
+                raise HTTPException(
+                    status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
+                ) from exc
+            require_role(caller.principal, Role.VIEWER, "read metrics")
+
+        return Depends(reader)

@@ -267,7 +267,9 @@ def test_aggregator_settings_file_is_valid_and_matches_port_and_volume(
         t for t in aggregator_job.task["template"] if in_container(t["destination"]) == config_path
     )
     rendered = write_rendered(template, tmp_path)
-    settings = load_aggregator_settings(rendered, environ={"GPUHEALTH_AGGREGATOR_TOKEN": "test-token"})
+    settings = load_aggregator_settings(
+        rendered, environ={"GPUHEALTH_AGGREGATOR_TOKEN": "test-token-0123456789abcdef0123456789"}
+    )
     port = labelled(one(aggregator_job.group["network"])["port"])[aggregator_job.service["port"]]
     assert (settings.host, settings.port) == ("0.0.0.0", port["to"])
     mount = one(aggregator_job.task["volume_mount"])
@@ -330,7 +332,9 @@ def test_agent_check_path_is_served_by_the_agent(agent: AgentJob, agent_endpoint
 def test_aggregator_check_paths_are_served_by_the_aggregator(
     aggregator_job: AggregatorJob, tmp_path: Path
 ) -> None:
-    live = LiveAggregator(tmp_path / "aggregator.db", ManualClock(), "test-token").start()
+    live = LiveAggregator(
+        tmp_path / "aggregator.db", ManualClock(), "test-token-0123456789abcdef0123456789"
+    ).start()
     try:
         for check in aggregator_job.service["check"]:
             assert http_status(live.url + check["path"]) == 200, check["path"]

@@ -217,7 +217,10 @@ def test_the_settings_keys_of_the_schema_are_the_aggregators_settings() -> None:
 
     schema = yaml.safe_load((CHART_DIR / "values.schema.json").read_text())
     allowed = set(schema["properties"]["aggregator"]["properties"]["settings"]["properties"])
-    chart_set = {"host", "port", "database_url", "token"}
+    # Where it listens, its database, its secrets (mounted files) and TLS: the chart's own values set them.
+    chart_set = {"host", "port", "database_url", "database_url_file", "token", "shared_token_file"}
+    chart_set |= {"metrics_token", "metrics_token_file", "allow_plain_http"}
+    chart_set |= {"tls_cert_file", "tls_key_file", "tls_client_ca_file"}
     assert allowed == set(AggregatorSettings.model_fields) - chart_set
 
 
