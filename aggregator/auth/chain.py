@@ -7,6 +7,7 @@ no token at all, ``allow_anonymous`` admits loopback clients only (the local dem
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from dataclasses import dataclass
 
 import structlog
@@ -18,7 +19,7 @@ from aggregator.auth.oidc import OidcAuthenticator
 from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
-from aggregator.settings import AggregatorSettings
+from aggregator.settings import AggregatorSettings, SettingsError
 
 log = structlog.get_logger(__name__)
 
@@ -93,16 +94,7 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
             SharedTokenAuthenticator(settings.token.get_secret_value(), Role(settings.token_role))
         )
     if settings.kubernetes_api_url:
-        ca = settings.kubernetes_ca_file
-        authenticators.append(
-            TokenReviewAuthenticator(
-                settings.kubernetes_api_url,
-                credentials_from_file(settings.kubernetes_token_file),
-                audience=settings.kubernetes_audience,
-                service_accounts=list(settings.kubernetes_agent_service_accounts),
-                verify=str(ca) if ca is not None else True,
-            )
-        )
+        authenticators.append(_token_review(settings, settings.kubernetes_api_url))
         log.info("kubernetes token review on", audience=settings.kubernetes_audience)
     if settings.nomad_address:
         nomad_token = settings.nomad_token_file
@@ -127,3 +119,18 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
         )
         log.info("oidc people on", issuer=settings.oidc_issuer, groups=len(settings.oidc_role_map))
     return AuthChain(authenticators, allow_anonymous=settings.allow_anonymous)
+
+
+def _token_review(settings: AggregatorSettings, api_url: str) -> TokenReviewAuthenticator:
+    """The TokenReview authenticator; a CA file that cannot be loaded is a SettingsError naming it."""
+    ca = settings.kubernetes_ca_file
+    try:
+        return TokenReviewAuthenticator(
+            api_url,
+            credentials_from_file(settings.kubernetes_token_file),
+            audience=settings.kubernetes_audience,
+            service_accounts=list(settings.kubernetes_agent_service_accounts),
+            verify=str(ca) if ca is not None else True,
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"cannot load kubernetes_ca_file {ca}: {exc.strerror or exc}") from None

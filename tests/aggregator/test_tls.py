@@ -264,3 +264,13 @@ def test_the_command_refuses_plain_http_on_all_addresses_with_one_line(tmp_path:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr
     assert "plain HTTP on 0.0.0.0" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unloadable_kubernetes_ca_file_is_one_line_at_start(tmp_path: Path) -> None:
+    from aggregator.auth.chain import build_chain
+
+    settings = load_settings(
+        environ={}, kubernetes_api_url="https://127.0.0.1:6443", kubernetes_ca_file=tmp_path / "no-ca.crt"
+    )
+    with pytest.raises(SettingsError, match=r"cannot load kubernetes_ca_file .*no-ca\.crt"):
+        build_chain(settings)
