@@ -69,6 +69,15 @@ VARIATIONS: dict[str, dict[str, Any]] = {
         "admissionPolicy": {"enabled": False},
     },
     "drain-on": {"drain": {"enabled": True}},
+    # The aggregator over HTTPS from an existing Secret (cert-manager's Certificate is a CRD: its own test),
+    # with people's hashed tokens; and the deprecated shared-token mode.
+    "tls-secret": {
+        "aggregator": {
+            "tls": {"enabled": True, "secretName": "agg-tls"},
+            "identitiesSecret": {"name": "people"},
+        }
+    },
+    "shared-token": {"aggregator": {"agentAuth": {"mode": "sharedToken"}}},
 }
 
 MINIMAL_GRANTS = {
