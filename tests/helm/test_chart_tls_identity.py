@@ -188,15 +188,32 @@ def test_people_identities_come_from_a_hashed_token_file_secret(render: Render) 
     assert f"token_file: {SECRETS_DIR}/tokens.yaml" in config
 
 
-def test_the_scraper_has_its_own_token_and_verifies_tls(render: Render, tmp_path: Path) -> None:
-    values = {**CERT_MANAGER, "metrics": {"serviceMonitor": {"enabled": True}}}
-    objects = render(values)
-    [monitor] = [m for m in by_kind(objects, "ServiceMonitor") if component_of(m) == "aggregator"]
-    [endpoint] = monitor["spec"]["endpoints"]
+@pytest.mark.parametrize(
+    ("kind", "endpoints"), [("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")]
+)
+def test_the_scraper_has_its_own_token_and_verifies_tls(
+    render: Render, tmp_path: Path, kind: str, endpoints: str
+) -> None:
+    """Both monitors send the metrics token and verify the certificate with the CA under the Service's name
+    (the PodMonitor scrapes the pod's address, which the certificate does not carry)."""
+    switch = "serviceMonitor" if kind == "ServiceMonitor" else "podMonitor"
+    objects = render({**CERT_MANAGER, "metrics": {switch: {"enabled": True}}})
+    [monitor] = [m for m in by_kind(objects, kind) if component_of(m) == "aggregator"]
+    [endpoint] = monitor["spec"][endpoints]
     secret = f"{SERVICE}-metrics-token"
     assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": secret, "key": "token"}}
     assert endpoint["scheme"] == "https"
-    assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": f"{SERVICE}-tls", "key": "ca.crt"}}
+    assert endpoint["tlsConfig"] == {
+        "serverName": f"{SERVICE}.{NAMESPACE}.svc",
+        "ca": {"secret": {"name": f"{SERVICE}-tls", "key": "ca.crt"}},
+    }
+    plain = [
+        m
+        for m in by_kind(render({"metrics": {switch: {"enabled": True}}}), kind)
+        if component_of(m) == "aggregator"
+    ]
+    [plain_endpoint] = plain[0]["spec"][endpoints]
+    assert "scheme" not in plain_endpoint and plain_endpoint["authorization"] == endpoint["authorization"]
     assert projected_secrets(objects)["metrics-token"] == (secret, "token")
     settings = aggregator_settings_of(objects, tmp_path)
     assert settings.metrics_token is not None and settings.metrics_token.get_secret_value() == "m" * 48

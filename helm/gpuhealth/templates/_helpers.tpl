@@ -259,6 +259,26 @@ app.kubernetes.io/part-of: gpuhealth
 {{- printf "%s-metrics-token" (include "gpuhealth.aggregator.fullname" .) }}
 {{- end }}
 
+{{/* How a prometheus-operator scraper reaches the aggregator's /metrics: the scraper's own token (it reads
+/metrics and nothing else) and, with TLS, the CA and the Service name the certificate carries (a PodMonitor
+scrapes the pod's address, which the certificate does not name). */}}
+{{- define "gpuhealth.aggregator.scrapeAuth" -}}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "gpuhealth.aggregator.metricsTokenSecretName" . }}
+    key: token
+{{- with include "gpuhealth.aggregator.tlsSecretName" . }}
+scheme: https
+tlsConfig:
+  serverName: {{ printf "%s.%s.svc" (include "gpuhealth.aggregator.fullname" $) $.Release.Namespace }}
+  ca:
+    secret:
+      name: {{ . }}
+      key: ca.crt
+{{- end }}
+{{- end }}
+
 {{/* The aggregator's TLS Secret (tls.crt, tls.key, ca.crt): cert-manager's, else the one named; empty without TLS. */}}
 {{- define "gpuhealth.aggregator.tlsSecretName" -}}
 {{- $tls := .Values.aggregator.tls }}
