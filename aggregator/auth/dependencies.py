@@ -36,13 +36,7 @@ class Access:
             request: Request,
             credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         ) -> Caller:
-            client = request.client.host if request.client else "unknown"
-            try:
-                return chain.resolve(credentials.credentials if credentials else None, client)
-            except NotAuthenticated as exc:
-                raise HTTPException(
-                    status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
-                ) from exc
+            return _resolve(chain, request, credentials)
 
         return caller
 
@@ -73,13 +67,17 @@ class Access:
             given = credentials.credentials.encode() if credentials else b""
             if metrics_token is not None and hmac.compare_digest(given, metrics_token):
                 return
-            client = request.client.host if request.client else "unknown"
-            try:
-                caller = chain.resolve(credentials.credentials if credentials else None, client)
-            except NotAuthenticated as exc:
-                raise HTTPException(
-                    status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
-                ) from exc
-            require_role(caller.principal, Role.VIEWER, "read metrics")
+            require_role(_resolve(chain, request, credentials).principal, Role.VIEWER, "read metrics")
 
         return Depends(reader)
+
+
+def _resolve(chain: AuthChain, request: Request, credentials: HTTPAuthorizationCredentials | None) -> Caller:
+    """The request's caller; 401 (with the scheme to use) when no authenticator knows the token."""
+    client = request.client.host if request.client else "unknown"
+    try:
+        return chain.resolve(credentials.credentials if credentials else None, client)
+    except NotAuthenticated as exc:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, str(exc), headers={"WWW-Authenticate": "Bearer"}
+        ) from exc
