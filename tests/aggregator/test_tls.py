@@ -23,11 +23,17 @@ from agent.backends.fake_nvml import FakeNvml
 from agent.settings import AgentSettings, HttpSettings
 from agent.settings import SettingsError as AgentSettingsError
 from agent.wiring import build_agent
+from aggregator.auth.chain import build_chain
 from aggregator.server import tls_options
 from aggregator.settings import SettingsError, load_settings
 from gpuhealth.cli.main import main as cli_main
 from gpuhealth.core.clock import ManualClock
-from remediation.aggregator_client import AggregatorError, AggregatorUnreachable, tls_context
+from remediation.aggregator_client import (
+    AggregatorClient,
+    AggregatorError,
+    AggregatorUnreachable,
+    tls_context,
+)
 from tests.aggregator.builders import TOKEN
 
 NODE = "gpu-node-0"
@@ -70,8 +76,6 @@ def mutual(tmp_path: Path, clock: ManualClock, tls: TlsFiles) -> Iterator[LiveAg
 
 def _client_of(live: LiveAggregator, **tls_files: Path) -> AggregatorError | str:
     """What a client with these TLS files gets from the fleet summary: "ok", or the error it raised."""
-    from remediation.aggregator_client import AggregatorClient
-
     try:
         with AggregatorClient(live.url, TOKEN, retries=1, verify=tls_context(**tls_files)) as client:
             client.summary()
@@ -267,8 +271,6 @@ def test_the_command_refuses_plain_http_on_all_addresses_with_one_line(tmp_path:
 
 
 def test_an_unloadable_kubernetes_ca_file_is_one_line_at_start(tmp_path: Path) -> None:
-    from aggregator.auth.chain import build_chain
-
     settings = load_settings(
         environ={}, kubernetes_api_url="https://127.0.0.1:6443", kubernetes_ca_file=tmp_path / "no-ca.crt"
     )
