@@ -160,6 +160,14 @@ class AggregatorLinkSettings(_Section):
     token_file: Path | None = Field(
         default=None, description="File holding the bearer token (GPUHEALTH_AGGREGATOR_TOKEN wins over it)."
     )
+    ca_file: Path | None = Field(
+        default=None,
+        description="CA bundle that signed an https aggregator's certificate (else system CAs).",
+    )
+    client_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate, for an aggregator that requires one."
+    )
+    client_key_file: Path | None = Field(default=None, description="PEM private key of client_cert_file.")
     heartbeat_s: float = Field(
         default=60.0, gt=0, description="Seconds between two reports when nothing changed (heartbeat)."
     )

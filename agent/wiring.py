@@ -38,6 +38,7 @@ from agent.settings import (
     AgentSettings,
     DcgmSettings,
     KernelLogSettings,
+    SettingsError,
     aggregator_token,
 )
 from agent.sources import EventThread, XidCallback, XidFeed
@@ -45,7 +46,7 @@ from agent.state_machine import HealthStateMachine
 from agent.state_store import StateStore
 from gpuhealth.core.clock import Clock, RealClock
 from gpuhealth.core.plan_memory import RemediationMemory
-from remediation.aggregator_client import AggregatorClient
+from remediation.aggregator_client import AggregatorClient, AggregatorError, tls_context
 from remediation.executor import NodeExecutor
 from remediation.executor_problem import ExecutorProblemFindings
 
@@ -214,12 +215,17 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
     # From a file, the token is read for every request (a projected ServiceAccount token for Kubernetes
     # TokenReview rotates; so may a Secret): only a token from the environment is fixed.
     from_file = section.token_file if token and not os.environ.get(AGGREGATOR_TOKEN_ENV, "").strip() else None
+    try:
+        verify = tls_context(section.ca_file, section.client_cert_file, section.client_key_file)
+    except AggregatorError as exc:
+        raise SettingsError(f"aggregator: {exc}") from None
     client = AggregatorClient(
         section.url,
         None if from_file else token,
         timeout_s=section.timeout_s,
         retries=AGGREGATOR_RETRIES,
         token_file=from_file,
+        verify=verify,
     )
     outbox = ReportOutbox(settings.state_dir / OUTBOX_FILE_NAME, max_reports=section.outbox_max_reports)
     link = AggregatorLink(

@@ -115,7 +115,8 @@ def create_app(
     """Build the app; opens (and migrates) the database unless one is given. ``now`` is the injected clock.
 
     Raises TokenFileError (a SettingsError) when the token file cannot be loaded."""
-    access = Access(build_chain(settings))
+    metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+    access = Access(build_chain(settings), metrics_token=metrics_token)
     db = database or open_database(settings)
     metrics = AggregatorMetrics(db, now)
     writer = ReportWriter(db, settings, now)
@@ -594,7 +595,13 @@ def _register_probes(app: FastAPI, ctx: _Context) -> None:
             return JSONResponse({"detail": "database unavailable"}, status_code=503)
         return {"status": "ready"}
 
-    @app.get("/metrics", tags=["probes"], response_class=Response)
+    @app.get(
+        "/metrics",
+        tags=["probes"],
+        response_class=Response,
+        dependencies=[ctx.access.metrics_reader()],
+        responses={401: ERRORS[401], 403: ERRORS[403]},
+    )
     def get_metrics() -> Response:
-        """Prometheus metrics."""
+        """Prometheus metrics (the metrics token, or the viewer role)."""
         return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)

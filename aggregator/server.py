@@ -1,18 +1,62 @@
-"""Run the aggregator service under uvicorn (``gpuhealth aggregator`` and ``python -m aggregator``)."""
+"""Run the aggregator service under uvicorn (``gpuhealth aggregator`` and ``python -m aggregator``).
+
+With ``tls_cert_file`` and ``tls_key_file`` it serves HTTPS; with ``tls_client_ca_file`` too, every client
+must present a certificate that CA signed (the handshake fails otherwise, before any request is read).
+The files are tried here first, so a wrong path or a key that does not match its certificate is one line
+at start, not a traceback from inside uvicorn.
+"""
 
 from __future__ import annotations
 
 import gc
+import ssl
+from typing import Any
 
 import uvicorn
 
 from aggregator.app import create_app
-from aggregator.settings import AggregatorSettings
+from aggregator.settings import AggregatorSettings, SettingsError
 
 
 def serve(settings: AggregatorSettings) -> None:
     """Open (and migrate) the database, then serve until SIGINT / SIGTERM."""
+    tls = tls_options(settings)  # before the database: a bad certificate is a configuration error
     app = create_app(settings)
     gc.freeze()  # start-up objects (models, routes, SQL metadata) never die: keep full collections short
     log_level = "warning"
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False, **tls)
+
+
+def tls_options(settings: AggregatorSettings) -> dict[str, Any]:
+    """uvicorn's TLS keyword arguments for these settings (none for plain HTTP); raises SettingsError
+    naming the file when a certificate, key or CA cannot be loaded."""
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return {}
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(
+            f"cannot load tls_cert_file {settings.tls_cert_file} with tls_key_file {settings.tls_key_file}: "
+            f"{_reason(exc)}"
+        ) from None
+    options: dict[str, Any] = {
+        "ssl_certfile": str(settings.tls_cert_file),
+        "ssl_keyfile": str(settings.tls_key_file),
+    }
+    if settings.tls_client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=settings.tls_client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(
+                f"cannot load tls_client_ca_file {settings.tls_client_ca_file}: {_reason(exc)}"
+            ) from None
+        options["ssl_ca_certs"] = str(settings.tls_client_ca_file)
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+    return options
+
+
+def _reason(exc: OSError | ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or exc).lower().replace("_", " ")
+    return str(exc.strerror or exc)

@@ -6,6 +6,7 @@ Every field has a default and a one-line description; docs/configuration.md list
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -13,11 +14,28 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aggregator.alert_settings import RouteSettings, SinkSettings
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
+MIN_TOKEN_LENGTH = 32
+"""Shorter bearer tokens are refused: a guessable token is no identity."""
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+# Secret settings that may come from a file instead (a mounted Secret, a Nomad template): <name>_file.
+SECRET_FILES = {
+    "token": "shared_token_file",
+    "database_url": "database_url_file",
+    "metrics_token": "metrics_token_file",
+}
 
 
 class SettingsError(ValueError):
@@ -31,9 +49,13 @@ class AggregatorSettings(BaseModel):
 
     host: str = Field(default="127.0.0.1", description="Address the HTTP service listens on.")
     port: int = Field(default=8470, ge=0, le=65535, description="TCP port of the HTTP service.")
-    database_url: str = Field(
-        default="sqlite:///gpuhealth-aggregator.db",
+    database_url: SecretStr = Field(
+        default=SecretStr("sqlite:///gpuhealth-aggregator.db"),
         description="SQLAlchemy URL: a SQLite file (made on first start) or postgresql+psycopg://... (HA).",
+    )
+    database_url_file: Path | None = Field(
+        default=None,
+        description="File holding database_url (a mounted Secret): keeps its password out of env.",
     )
     sqlite_synchronous: str = Field(
         default="FULL",
@@ -44,9 +66,30 @@ class AggregatorSettings(BaseModel):
         default=None,
         description="YAML/JSON file of identities: name, role, node, SHA-256 of token (docs/security.md).",
     )
-    token: str | None = Field(
+    token: SecretStr | None = Field(
         default=None,
         description="Deprecated shared bearer token: it may act as any node; use token_file per identity.",
+    )
+    shared_token_file: Path | None = Field(
+        default=None, description="File holding the deprecated shared token (instead of token)."
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token that may read /metrics and nothing else (a Prometheus scraper).",
+    )
+    metrics_token_file: Path | None = Field(
+        default=None, description="File holding metrics_token (a mounted Secret)."
+    )
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate (chain) to serve HTTPS with; unset: plain HTTP."
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        default=None, description="CA bundle of client certificates; set: every client must present one."
+    )
+    allow_plain_http: bool = Field(
+        default=False,
+        description="Serve plain HTTP on a non-loopback address (only behind a TLS proxy or mesh).",
     )
     token_role: Literal["viewer", "operator", "admin"] = Field(
         default="admin",
@@ -218,6 +261,42 @@ class AggregatorSettings(BaseModel):
                 raise ValueError(f"alert route names unknown sink(s): {', '.join(unknown)}")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets_from_files(cls, values: Any) -> Any:
+        if not isinstance(values, dict):
+            return values
+        for name, file_setting in SECRET_FILES.items():
+            path = values.get(file_setting)
+            if path in (None, ""):
+                continue
+            if values.get(name) not in (None, ""):
+                raise ValueError(f"set {name} or {file_setting}, not both")
+            values = {**values, name: read_secret_file(Path(str(path)), file_setting)}
+        return values
+
+    @field_validator("token", "metrics_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"a token needs at least {MIN_TOKEN_LENGTH} characters: use a long random one")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_complete(self) -> AggregatorSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError(
+                "tls_client_ca_file needs tls_cert_file and tls_key_file (client certs need TLS)"
+            )
+        if self.tls_cert_file is None and not self.allow_plain_http and not is_loopback_host(self.host):
+            raise ValueError(
+                f"plain HTTP on {self.host} would send every token in clear: set tls_cert_file and "
+                "tls_key_file, or allow_plain_http: true behind a TLS proxy or mesh"
+            )
+        return self
+
     @model_validator(mode="after")
     def _token_or_anonymous(self) -> AggregatorSettings:
         identities = (
@@ -233,6 +312,29 @@ class AggregatorSettings(BaseModel):
                 "tokens (or allow_anonymous: true for a local demo)"
             )
         return self
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a listen address) is this machine's loopback only."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_secret_file(path: Path, setting: str) -> str:
+    """A secret from its file (trailing newline dropped); an error names the file, never the value."""
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read {setting}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: {setting} is not UTF-8 text") from None
+    if not value:
+        raise ValueError(f"{path}: {setting} is empty")
+    return value
 
 
 def load_settings(

@@ -21,7 +21,21 @@ from sim.scenario.model import Scenario
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 CHART_SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth" / "values.schema.json"
-CHART_SET = ("host", "port", "database_url", "token")  # the chart writes these itself
+# The chart writes these itself: where it listens, its database, its secrets (from mounted files) and TLS.
+CHART_SET = (
+    "host",
+    "port",
+    "database_url",
+    "database_url_file",
+    "token",
+    "shared_token_file",
+    "metrics_token",
+    "metrics_token_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
+    "allow_plain_http",
+)
 _KEPT = (
     "type",
     "minimum",
@@ -82,8 +96,8 @@ def chart_settings_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "additionalProperties": False,
-        "description": "The aggregator's own settings (docs/configuration.md) but host, port, database_url "
-        "and token, which the chart sets.",
+        "description": "The aggregator's own settings (docs/configuration.md) but where it listens, its "
+        "database, secrets and TLS, which the chart sets.",
         "properties": properties,
     }
 

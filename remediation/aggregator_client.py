@@ -7,6 +7,7 @@ answers: reports (idempotent by node + seq) and permit requests (asking again re
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -131,9 +132,56 @@ class TokenFileAuth(httpx.Auth):
             return self._token
 
 
+def tls_context(
+    ca_file: Path | None = None, cert_file: Path | None = None, key_file: Path | None = None
+) -> ssl.SSLContext:
+    """How a client checks an ``https://`` aggregator: against ``ca_file`` (else the system's CAs), host name
+    verified, TLS 1.2 or later; with ``cert_file`` (and ``key_file``, unless the key is in the same PEM) it
+    presents a client certificate. Raises AggregatorError naming the file that cannot be loaded."""
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise AggregatorError(f"cannot load the CA file {ca_file}: {_tls_reason(exc)}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file is not None:
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise AggregatorError(
+                f"cannot load the client certificate {cert_file}: {_tls_reason(exc)}"
+            ) from None
+    elif key_file is not None:
+        raise AggregatorError("a client key without a client certificate: give both")
+    return context
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """A TLS failure's reason in a few words (``certificate verify failed: self-signed certificate``)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or exc).lower().replace("_", " ")
+    if isinstance(exc, OSError):
+        return str(exc.strerror or exc)
+    return str(exc)
+
+
+def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind an httpx transport error, if that is what it was."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # the cause chain is short; bounded all the same
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class AggregatorClient:
     """One aggregator endpoint (``base_url``) with a bearer ``token``, or the token in ``token_file`` (read
-    for every request)."""
+    for every request). ``verify`` checks an ``https://`` aggregator (:func:`tls_context`; default: the
+    system's CAs)."""
 
     def __init__(
         self,
@@ -145,13 +193,19 @@ class AggregatorClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         token_file: Path | None = None,
+        verify: ssl.SSLContext | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         headers["User-Agent"] = "gpuhealth"
         self.base_url = base_url.rstrip("/")
         auth = TokenFileAuth(token_file) if token_file is not None and not token else None
         self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, auth=auth
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            auth=auth,
+            verify=verify if verify is not None else True,
         )
         self._retries = max(1, retries)
         self._sleep = sleep
@@ -356,6 +410,18 @@ class AggregatorClient:
         except httpx.TimeoutException as exc:
             raise AggregatorUnreachable(f"aggregator at {self.base_url} did not answer in time") from exc
         except httpx.TransportError as exc:
+            tls = _tls_failure(exc)
+            if tls is not None:
+                raise AggregatorUnreachable(
+                    f"TLS with the aggregator at {self.base_url} failed: {_tls_reason(tls)}{_tls_hint(tls)}"
+                ) from exc
+            if isinstance(exc, httpx.RemoteProtocolError) and self.base_url.startswith("https:"):
+                # A TLS 1.3 server that requires a client certificate refuses it after the handshake, so
+                # the client sees only a closed connection.
+                raise AggregatorUnreachable(
+                    f"the aggregator at {self.base_url} closed the connection without an answer "
+                    "(does it require a client certificate?)"
+                ) from exc
             raise AggregatorUnreachable(f"cannot reach the aggregator at {self.base_url}: {exc}") from exc
         _raise_for_status(response, self.base_url)
         try:
@@ -372,6 +438,14 @@ class _Answer:
 
     json: Any
     link: str | None
+
+
+def _tls_hint(exc: ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return " (give the CA file that signed the aggregator's certificate)"
+    if "CERTIFICATE_REQUIRED" in str(exc.reason or exc).upper():
+        return " (the aggregator requires a client certificate)"
+    return ""
 
 
 def _next_page(link: str | None) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 
 from aggregator.app import create_app
+from aggregator.server import tls_options
 from aggregator.settings import load_settings
 from remediation.aggregator_client import AggregatorClient
 from sim.http_server import wait_until_started
@@ -46,7 +47,10 @@ class AggregatorServer:
         **settings: object,
     ) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # With tls_cert_file and tls_key_file among the settings it serves HTTPS (the certificate must name
+        # 127.0.0.1); the caller's clients then need the CA.
+        scheme = "https" if settings.get("tls_cert_file") else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.token = token
         # ``token`` is the deprecated shared token; per-identity tokens come with ``token_file=...``.
         self._settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "token": token, **settings}
@@ -58,7 +62,14 @@ class AggregatorServer:
         """Serve until :meth:`stop`; returns once the port accepts connections."""
         settings = load_settings(environ={}, **self._settings)
         app = create_app(settings, now=self._now) if self._now is not None else create_app(settings)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            **tls_options(settings),
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gpuhealth-aggregator", daemon=True)
         self._thread.start()

@@ -52,6 +52,9 @@ _.critical  # structlog level
 _.fatal  # structlog level alias
 
 # --- Fields read by name or only on the wire (JSON, YAML, a generated schema) -----------------------------
+_.database_url_file  # AggregatorSettings: read by name through SECRET_FILES before validation
+_.shared_token_file  # AggregatorSettings: read by name through SECRET_FILES
+_.metrics_token_file  # AggregatorSettings: read by name through SECRET_FILES
 _.schema_  # the "schema" field of reports, snapshots and scenarios (alias "schema"): validated, serialised
 _.sent_at  # gpuhealth.report/v1 field the agent sends (docs/aggregator.md, "Report format")
 _.reported_state  # aggregator API answer field (gpuhealth/core/aggregator_api.py), serialised as JSON

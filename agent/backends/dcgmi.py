@@ -37,6 +37,7 @@ from checks.dcgmi import (
     parse_diag,
     parse_health,
 )
+from gpuhealth.core.child_env import child_environment
 from gpuhealth.core.findings import Finding
 from gpuhealth.core.snapshot import NodeSnapshot
 
@@ -84,7 +85,12 @@ class DcgmiProcesses:
             if self._stopped:
                 raise DcgmiStopped("dcgmi not started: shutting down")
             process = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+                env=child_environment(),  # never the agent's tokens
             )
             self._running.add(process)
         try:

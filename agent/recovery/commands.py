@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from gpuhealth.core.child_env import child_environment
+
 OUTPUT_TAIL = 300  # characters of the command's output kept for the timeline
 
 
@@ -44,6 +46,7 @@ def run_command(argv: Sequence[str], timeout_s: float) -> CommandOutcome:
             timeout=timeout_s,
             check=False,
             stdin=subprocess.DEVNULL,
+            env=child_environment(),  # never the agent's tokens
         )
     except FileNotFoundError:
         return CommandOutcome(ok=False, detail=f"{name}: command not found")

@@ -7,6 +7,7 @@ no token at all, ``allow_anonymous`` admits loopback clients only (the local dem
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from dataclasses import dataclass
 
 import structlog
@@ -17,9 +18,9 @@ from aggregator.auth.kubernetes import TokenReviewAuthenticator, credentials_fro
 from aggregator.auth.nomad import NomadIdentityAuthenticator
 from aggregator.auth.oidc import OidcAuthenticator
 from aggregator.auth.principal import AuthMethod, Principal, Role
-from aggregator.auth.token_file import MIN_TOKEN_LENGTH, load_token_file
+from aggregator.auth.token_file import load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
-from aggregator.settings import AggregatorSettings
+from aggregator.settings import AggregatorSettings, SettingsError
 
 log = structlog.get_logger(__name__)
 
@@ -99,28 +100,16 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
         entries = load_token_file(settings.token_file)
         authenticators.append(TokenFileAuthenticator(entries))
         log.info("token file loaded", identities=len(entries))
-    if settings.token:
-        if len(settings.token) < MIN_TOKEN_LENGTH:
-            log.warning(
-                "the shared token is shorter than the minimum; use per-identity tokens (docs/security.md)",
-                minimum=MIN_TOKEN_LENGTH,
-            )
+    if settings.token is not None:  # its minimum length is enforced by the settings
         log.warning(
             "the shared token is deprecated: whoever holds it may act as any node (docs/security.md)",
             role=settings.token_role,
         )
-        authenticators.append(SharedTokenAuthenticator(settings.token, Role(settings.token_role)))
-    if settings.kubernetes_api_url:
-        ca = settings.kubernetes_ca_file
         authenticators.append(
-            TokenReviewAuthenticator(
-                settings.kubernetes_api_url,
-                credentials_from_file(settings.kubernetes_token_file),
-                audience=settings.kubernetes_audience,
-                service_accounts=list(settings.kubernetes_agent_service_accounts),
-                verify=str(ca) if ca is not None else True,
-            )
+            SharedTokenAuthenticator(settings.token.get_secret_value(), Role(settings.token_role))
         )
+    if settings.kubernetes_api_url:
+        authenticators.append(_token_review(settings, settings.kubernetes_api_url))
         log.info("kubernetes token review on", audience=settings.kubernetes_audience)
     if settings.nomad_address:
         nomad_token = settings.nomad_token_file
@@ -145,3 +134,18 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
         )
         log.info("oidc people on", issuer=settings.oidc_issuer, groups=len(settings.oidc_role_map))
     return AuthChain(authenticators, allow_anonymous=settings.allow_anonymous)
+
+
+def _token_review(settings: AggregatorSettings, api_url: str) -> TokenReviewAuthenticator:
+    """The TokenReview authenticator; a CA file that cannot be loaded is a SettingsError naming it."""
+    ca = settings.kubernetes_ca_file
+    try:
+        return TokenReviewAuthenticator(
+            api_url,
+            credentials_from_file(settings.kubernetes_token_file),
+            audience=settings.kubernetes_audience,
+            service_accounts=list(settings.kubernetes_agent_service_accounts),
+            verify=str(ca) if ca is not None else True,
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"cannot load kubernetes_ca_file {ca}: {exc.strerror or exc}") from None

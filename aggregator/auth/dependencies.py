@@ -4,6 +4,7 @@ No ``from __future__ import annotations`` here: the dependencies are closures, a
 their ``Annotated`` parameters if the annotations are evaluated where they are defined.
 """
 
+import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -23,8 +24,9 @@ _bearer = HTTPBearer(
 class Access:
     """Builds the dependencies the routes declare: who the caller is, and which role a route needs."""
 
-    def __init__(self, chain: AuthChain) -> None:
+    def __init__(self, chain: AuthChain, *, metrics_token: str | None = None) -> None:
         self._chain = chain
+        self._metrics_token = metrics_token.encode() if metrics_token else None
         self.caller: Callable[..., Awaitable[Caller]] = self._caller_dependency()
 
     def _caller_dependency(self) -> Callable[..., Awaitable[Caller]]:
@@ -74,3 +76,20 @@ class Access:
             return caller
 
         return Depends(with_role)
+
+    def metrics_reader(self) -> Any:
+        """The scraper of ``/metrics``: the dedicated metrics token (good for nothing else), or any caller
+        with the viewer role or higher (agents are refused: fleet counts are not theirs to read)."""
+        identify = self.identify
+        metrics_token = self._metrics_token
+
+        async def reader(
+            request: Request,
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        ) -> None:
+            token = credentials.credentials if credentials else None
+            if metrics_token is not None and hmac.compare_digest((token or "").encode(), metrics_token):
+                return
+            require_role((await identify(request, token)).principal, Role.VIEWER, "read metrics")
+
+        return Depends(reader)

@@ -20,11 +20,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aggregator.auth.principal import Role
-from aggregator.settings import SettingsError
+from aggregator.settings import MIN_TOKEN_LENGTH, SettingsError
 from gpuhealth.core.aggregator_api import NODE_NAME_PATTERN
 
-MIN_TOKEN_LENGTH = 32
-"""Shorter tokens are refused before any comparison: a guessable token is no identity."""
+__all__ = ["MIN_TOKEN_LENGTH", "TokenEntry", "TokenFileError", "load_token_file", "token_sha256"]
 
 
 class TokenFileError(SettingsError):

@@ -77,7 +77,7 @@ class Database:
 def open_database(settings: AggregatorSettings) -> Database:
     """Create the engines for ``settings.database_url`` and bring the schema to the newest migration."""
     try:
-        url = make_url(settings.database_url)
+        url = make_url(settings.database_url.get_secret_value())
     except ArgumentError as exc:
         raise StoreError(f"database_url is not a database URL: {exc}") from exc
     if url.get_backend_name() == "sqlite":
@@ -102,7 +102,7 @@ def open_database(settings: AggregatorSettings) -> Database:
 
 
 def _sqlite_engine(settings: AggregatorSettings, *, immediate: bool) -> Engine:
-    url = make_url(settings.database_url)
+    url = make_url(settings.database_url.get_secret_value())
     Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
         url,

@@ -3,6 +3,7 @@
 #
 #   nomad acl policy apply -namespace default -job gpuhealth-agent \
 #     -description "gpuhealth agent" gpuhealth-agent deploy/nomad/gpuhealth-agent.policy.hcl
+#   nomad var put nomad/jobs/gpuhealth-agent aggregator_ca=@aggregator-ca.pem
 #   nomad job run deploy/nomad/gpuhealth-agent.nomad.hcl
 
 variable "image" {
@@ -144,6 +145,18 @@ job "gpuhealth-agent" {
         change_mode = "restart"
       }
 
+      # The agent's identity at the aggregator: a second workload identity, for the aggregator's audience
+      # only (so it is no Nomad credential), written to /secrets/nomad_gpuhealth-aggregator.jwt and renewed
+      # by Nomad before it expires (the agent reads the file for every request). The aggregator checks its
+      # signature against the servers' keys and lets it act for the node of its allocation only; no shared
+      # token is on any node.
+      identity {
+        name = "gpuhealth-aggregator"
+        aud  = ["gpuhealth-aggregator"]
+        file = true
+        ttl  = "1h"
+      }
+
       env {
         NVIDIA_VISIBLE_DEVICES     = "all"
         NVIDIA_DRIVER_CAPABILITIES = "utility"
@@ -190,21 +203,23 @@ job "gpuhealth-agent" {
           #   reboot:
           #     mode: "off"
           aggregator:
-            token_file: /secrets/aggregator-token
+            token_file: /secrets/nomad_gpuhealth-aggregator.jwt
+            ca_file: /secrets/aggregator-ca.pem
             {{- with nomadService "gpuhealth-aggregator" }}{{ with index . 0 }}
-            url: http://{{ .Address }}:{{ .Port }}
+            url: https://{{ .Address }}:{{ .Port }}
             {{- end }}{{ end }}
           EOT
       }
 
-      # The aggregator's bearer token, from the Nomad variable nomad/jobs/gpuhealth-agent (readable by this
-      # job's workload identity without any policy); never written in the job itself.
+      # The CA that signed the aggregator's certificate, from the Nomad variable nomad/jobs/gpuhealth-agent
+      # (readable by this job's workload identity without any policy): the agent verifies the aggregator
+      # with it before it sends its identity.
       template {
-        destination = "secrets/aggregator-token"
+        destination = "secrets/aggregator-ca.pem"
         perms       = "0400"
         change_mode = "restart"
         data        = <<-EOT
-          {{- with nomadVar "nomad/jobs/gpuhealth-agent" }}{{ .aggregator_token }}{{ end }}
+          {{- with nomadVar "nomad/jobs/gpuhealth-agent" }}{{ .aggregator_ca }}{{ end }}
           EOT
       }
 

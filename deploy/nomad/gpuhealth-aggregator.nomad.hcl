@@ -1,7 +1,11 @@
 # The gpuhealth aggregator on Nomad: one instance of the central service (fleet state, incident history,
-# drain permits, circuit breaker, alerts). Install steps: docs/nomad.md.
+# drain permits, circuit breaker, alerts), over HTTPS. Install steps: docs/nomad.md.
 #
-#   nomad var put nomad/jobs/gpuhealth-aggregator token=<random> [database_url=postgresql+psycopg://...]
+#   nomad var put nomad/jobs/gpuhealth-aggregator token=<random, 32+ characters> \
+#       metrics_token=<random, 32+ characters> [database_url=postgresql+psycopg://...]
+#   nomad var put nomad/jobs/gpuhealth-aggregator/tls cert=@server.pem key=@server-key.pem
+#   nomad acl policy apply -namespace default -job gpuhealth-aggregator gpuhealth-aggregator \
+#       deploy/nomad/gpuhealth-aggregator.policy.hcl
 #   nomad job run deploy/nomad/gpuhealth-aggregator.nomad.hcl
 
 variable "image" {
@@ -46,21 +50,27 @@ job "gpuhealth-aggregator" {
 
       # Readiness: /readyz answers 200 only while the database answers; until then the service is not
       # offered to agents and a deployment does not count the allocation as healthy.
+      # The checks speak HTTPS like every client; they send no token, so the certificate is not checked
+      # here (the agents and people verify it with the CA).
       check {
-        name     = "ready"
-        type     = "http"
-        path     = "/readyz"
-        interval = "10s"
-        timeout  = "3s"
+        name            = "ready"
+        type            = "http"
+        protocol        = "https"
+        tls_skip_verify = true
+        path            = "/readyz"
+        interval        = "10s"
+        timeout         = "3s"
       }
 
       # Liveness: /healthz answers while the process serves; three failures in a row restart the task.
       check {
-        name     = "alive"
-        type     = "http"
-        path     = "/healthz"
-        interval = "10s"
-        timeout  = "3s"
+        name            = "alive"
+        type            = "http"
+        protocol        = "https"
+        tls_skip_verify = true
+        path            = "/healthz"
+        interval        = "10s"
+        timeout         = "3s"
 
         check_restart {
           limit = 3
@@ -106,8 +116,23 @@ job "gpuhealth-aggregator" {
         destination = "/var/lib/gpuhealth-aggregator"
       }
 
-      # Settings without secrets (keys: docs/configuration.md). Every key can be overridden by a
-      # GPUHEALTH_AGGREGATOR_* variable, which is how the secrets below arrive.
+      # The aggregator's own Nomad credential: this task's workload identity (secrets/nomad_token), which the
+      # ACL policy in gpuhealth-aggregator.policy.hcl lets read allocations, to find the node an agent's
+      # identity belongs to. No long-lived token is created or stored.
+      identity {
+        file        = true
+        change_mode = "restart"
+      }
+
+      env {
+        # The local Nomad client's HTTP API: the servers' keys (/.well-known/jwks.json) and the agents'
+        # allocations, forwarded to the servers. Not a secret; every secret is a file below.
+        GPUHEALTH_AGGREGATOR_NOMAD_ADDRESS = "http://${attr.unique.network.ip-address}:4646"
+      }
+
+      # Settings (keys: docs/configuration.md). Every secret is a file in the task's secrets directory,
+      # rendered from Nomad variables by the templates below, never an environment variable (which
+      # `docker inspect` shows and every child process inherits) and never written in the job itself.
       template {
         destination = "local/aggregator.yaml"
         change_mode = "restart"
@@ -115,26 +140,70 @@ job "gpuhealth-aggregator" {
           aggregator:
             host: 0.0.0.0
             port: 8470
-            database_url: sqlite:////var/lib/gpuhealth-aggregator/aggregator.db
+            shared_token_file: /secrets/token
+            tls_cert_file: /secrets/tls.crt
+            tls_key_file: /secrets/tls.key
+            metrics_token_file: /secrets/metrics-token
+            database_url_file: /secrets/database-url
+            # Agents authenticate with their Nomad workload identity (audience gpuhealth-aggregator),
+            # checked against the servers' keys (nomad_address comes from the environment above).
+            nomad_token_file: /secrets/nomad_token
+            nomad_audience: gpuhealth-aggregator
+            nomad_agent_jobs: [gpuhealth-agent]
           EOT
       }
 
-      # The API token, and optionally a PostgreSQL URL (it holds a password), from the Nomad variable
-      # nomad/jobs/gpuhealth-aggregator, which this job's workload identity may read without any policy.
-      # Rendered into the secrets directory and handed to the process as environment variables, never
-      # written in the job itself. The task waits until the variable exists.
+      # The deprecated shared token (the on-call side's admin token until people have their own) and the
+      # scraper's token, good for /metrics only.
       template {
-        destination = "secrets/aggregator.env"
+        destination = "secrets/token"
         perms       = "0400"
-        env         = true
         change_mode = "restart"
         data        = <<-EOT
-          {{- with nomadVar "nomad/jobs/gpuhealth-aggregator" }}
-          GPUHEALTH_AGGREGATOR_TOKEN={{ .token }}
-          {{- range $key, $value := . }}{{ if eq $key "database_url" }}
-          GPUHEALTH_AGGREGATOR_DATABASE_URL={{ $value }}
-          {{- end }}{{ end }}
-          {{- end }}
+          {{- with nomadVar "nomad/jobs/gpuhealth-aggregator" }}{{ .token }}{{ end }}
+          EOT
+      }
+
+      template {
+        destination = "secrets/metrics-token"
+        perms       = "0400"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{- with nomadVar "nomad/jobs/gpuhealth-aggregator" }}{{ .metrics_token }}{{ end }}
+          EOT
+      }
+
+      # The database: the variable's database_url when it has one (PostgreSQL; the URL holds a password),
+      # else the SQLite file on the host volume.
+      template {
+        destination = "secrets/database-url"
+        perms       = "0400"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{- $url := "sqlite:////var/lib/gpuhealth-aggregator/aggregator.db" }}
+          {{- with nomadVar "nomad/jobs/gpuhealth-aggregator" }}{{ range $key, $value := . }}{{ if eq $key "database_url" }}{{ $url = $value }}{{ end }}{{ end }}{{ end }}
+          {{- $url }}
+          EOT
+      }
+
+      # The serving certificate and its key, from nomad/jobs/gpuhealth-aggregator/tls (this job's identity
+      # may read it without any policy). The certificate must name the address agents reach it by: the
+      # node's advertised address (IP SAN), as Nomad service discovery gives it to them.
+      template {
+        destination = "secrets/tls.crt"
+        perms       = "0400"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{- with nomadVar "nomad/jobs/gpuhealth-aggregator/tls" }}{{ .cert }}{{ end }}
+          EOT
+      }
+
+      template {
+        destination = "secrets/tls.key"
+        perms       = "0400"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{- with nomadVar "nomad/jobs/gpuhealth-aggregator/tls" }}{{ .key }}{{ end }}
           EOT
       }
 

@@ -42,6 +42,9 @@ DEFAULT_URL = "http://127.0.0.1:8470"
 URL_ENV = "GPUHEALTH_AGGREGATOR_URL"
 TOKEN_ENV = "GPUHEALTH_TOKEN"  # noqa: S105 - the variable's name, not a secret
 CONFIG_ENV = "GPUHEALTH_CONFIG"
+CA_FILE_ENV = "GPUHEALTH_CA_FILE"
+CLIENT_CERT_ENV = "GPUHEALTH_CLIENT_CERT"
+CLIENT_KEY_ENV = "GPUHEALTH_CLIENT_KEY"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -120,6 +123,15 @@ def _common_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--config", metavar="FILE", help=f"YAML file with a 'client' section (default: ${CONFIG_ENV})"
     )
+    common.add_argument(
+        "--ca-file", metavar="FILE", help=f"CA that signed an https aggregator's certificate (${CA_FILE_ENV})"
+    )
+    common.add_argument(
+        "--client-cert",
+        metavar="FILE",
+        help=f"client certificate (PEM), if the aggregator asks (${CLIENT_CERT_ENV})",
+    )
+    common.add_argument("--client-key", metavar="FILE", help=f"its private key (PEM) (${CLIENT_KEY_ENV})")
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the aggregator")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return common
@@ -131,6 +143,9 @@ class Connection:
 
     url: str
     token: str | None
+    ca_file: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
 
 def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Connection:
@@ -145,7 +160,21 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
         section = client
     url = args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL
     token = args.token or env.get(TOKEN_ENV) or section.get("token") or _token_file(section.get("token_file"))
-    return Connection(url=str(url), token=str(token) if token else None)
+    ca_file, cert, key = (
+        getattr(args, flag, None) or env.get(variable) or section.get(key)
+        for flag, variable, key in (
+            ("ca_file", CA_FILE_ENV, "ca_file"),
+            ("client_cert", CLIENT_CERT_ENV, "client_cert_file"),
+            ("client_key", CLIENT_KEY_ENV, "client_key_file"),
+        )
+    )
+    return Connection(
+        url=str(url),
+        token=str(token) if token else None,
+        ca_file=Path(str(ca_file)) if ca_file else None,
+        client_cert=Path(str(cert)) if cert else None,
+        client_key=Path(str(key)) if key else None,
+    )
 
 
 def _token_file(path: object) -> str | None:
@@ -160,11 +189,14 @@ def _token_file(path: object) -> str | None:
 @contextmanager
 def _client(args: argparse.Namespace) -> Iterator[AggregatorClient]:
     """A client whose failures become one-line CLI errors."""
-    from remediation.aggregator_client import AggregatorClient, AggregatorError, PermitRefused
+    from remediation.aggregator_client import AggregatorClient, AggregatorError, PermitRefused, tls_context
 
     connection = resolve_connection(args)
     try:
-        with AggregatorClient(connection.url, connection.token, timeout_s=args.timeout, retries=1) as client:
+        verify = tls_context(connection.ca_file, connection.client_cert, connection.client_key)
+        with AggregatorClient(
+            connection.url, connection.token, timeout_s=args.timeout, retries=1, verify=verify
+        ) as client:
             yield client
     except PermitRefused as exc:
         raise CliError(str(exc), EXIT_FAILURE) from exc

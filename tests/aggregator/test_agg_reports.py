@@ -93,7 +93,7 @@ def test_a_node_silent_for_three_intervals_is_stale_everywhere(
     summary = client.get("/v1/fleet", headers=AUTH).json()
     assert summary["stale"] == ["node-1"]
     assert summary["by_state"] == {"stale": 1, "healthy": 1}
-    assert 'gpuhealth_aggregator_nodes{state="stale"} 1.0' in client.get("/metrics").text
+    assert 'gpuhealth_aggregator_nodes{state="stale"} 1.0' in client.get("/metrics", headers=AUTH).text
 
 
 def test_manual_quarantine_reaches_the_agent_until_it_acknowledges(client: TestClient) -> None:

@@ -34,11 +34,13 @@ def test_configuration_doc_lists_every_setting_with_its_variable() -> None:
 
 def test_environment_overrides_the_file_and_arguments_override_both(tmp_path: Path) -> None:
     config = tmp_path / "gpuhealth.yaml"
-    config.write_text("aggregator:\n  token: from-file\n  port: 9000\n  budget_max_nodes: 3\n")
+    config.write_text(f"aggregator:\n  token: {TOKEN}\n  port: 9000\n  budget_max_nodes: 3\n")
     env = {"GPUHEALTH_AGGREGATOR_PORT": "9100", "GPUHEALTH_AGGREGATOR_BREAKER_MIN_NODES": "4", "OTHER": "x"}
     settings = load_settings(config, environ=env, budget_max_nodes=9)
-    assert (settings.token, settings.port, settings.breaker_min_nodes, settings.budget_max_nodes) == (
-        "from-file",
+    assert settings.token is not None
+    secret = settings.token.get_secret_value()
+    assert (secret, settings.port, settings.breaker_min_nodes, settings.budget_max_nodes) == (
+        TOKEN,
         9100,
         4,
         9,
@@ -49,9 +51,9 @@ def test_bad_settings_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="no identities"):
         load_settings(environ={})
     with pytest.raises(SettingsError, match="invalid aggregator setting port"):
-        load_settings(environ={"GPUHEALTH_AGGREGATOR_PORT": "eighty"}, token="t")
+        load_settings(environ={"GPUHEALTH_AGGREGATOR_PORT": "eighty"}, token=TOKEN)
     with pytest.raises(SettingsError, match="unknown_key"):
-        load_settings(environ={}, token="t", unknown_key=1)
+        load_settings(environ={}, token=TOKEN, unknown_key=1)
     bad = tmp_path / "bad.yaml"
     bad.write_text("aggregator: [1, 2]\n")
     with pytest.raises(SettingsError, match="must be a mapping"):
@@ -93,12 +95,13 @@ def test_since_accepts_durations_and_iso_times_and_relative_reads_naturally() ->
     assert relative(now, now) == "just now"
 
 
-def test_probes_and_metrics_need_no_token_and_count_ingest(client: TestClient) -> None:
+def test_probes_need_no_token_and_metrics_count_ingest(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ready"}
+    assert client.get("/metrics").status_code == 401  # fleet counts are for a viewer or the metrics token
     client.post("/v1/reports", json=report("node-1", 1, "unhealthy", incident="inc-1"), headers=AUTH)
     client.post("/v1/reports", json=report("node-1", 1, "unhealthy", incident="inc-1"), headers=AUTH)
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=AUTH).text
     assert 'gpuhealth_aggregator_reports_total{result="accepted"} 1.0' in text
     assert 'gpuhealth_aggregator_reports_total{result="duplicate"} 1.0' in text
     assert "gpuhealth_aggregator_report_duration_seconds_count 2.0" in text

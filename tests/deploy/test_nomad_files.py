@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +20,14 @@ from typing import Any
 
 import pytest
 import yaml
+from certificates import write_tls_files
 from live_aggregator import LiveAggregator
 from prometheus_client import CollectorRegistry
 from repo_paths import REPO_ROOT
 
 from agent.http import AgentHttpServer
 from agent.settings import AgentSettings, load_settings
+from aggregator.server import tls_options
 from aggregator.settings import AggregatorSettings
 from aggregator.settings import load_settings as load_aggregator_settings
 from gpuhealth.core.clock import ManualClock
@@ -32,6 +35,7 @@ from tests.deploy.nomad_hcl import (
     AGENT_JOB,
     AGENT_POLICY,
     AGGREGATOR_JOB,
+    AGGREGATOR_POLICY,
     NOMAD_DIR,
     NOMAD_DOC,
     TRAINING_EXAMPLE,
@@ -170,9 +174,14 @@ def test_agent_settings_select_nomad_and_agree_with_the_job(
     assert agent_settings.kernel_log.enabled
     assert agent_settings.kernel_log.source == "kmsg"
     assert agent_settings.kernel_log.path == "/dev/kmsg"
-    token_template = template_with_destination(agent.task, "secrets/aggregator-token")
-    assert str(agent_settings.aggregator.token_file) == in_container(token_template["destination"])
+    ca_template = template_with_destination(agent.task, "secrets/aggregator-ca.pem")
+    assert str(agent_settings.aggregator.ca_file) == in_container(ca_template["destination"])
     assert agent_settings.policy.drain is False, "drain stays off until the aggregator grants permits"
+
+
+def identities(agent: AgentJob) -> dict[str | None, Body]:
+    """The task's identity blocks by name (None: the default identity)."""
+    return {block.get("name"): block for block in agent.task["identity"]}
 
 
 def test_agent_uses_its_workload_identity_file_as_nomad_token(
@@ -180,12 +189,29 @@ def test_agent_uses_its_workload_identity_file_as_nomad_token(
 ) -> None:
     """identity { file = true } writes secrets/nomad_token; the settings read the token from there, and
     no token appears in the job's environment."""
-    identity = one(agent.task["identity"])
+    identity = identities(agent)[None]
     assert identity["file"] is True
-    assert "filepath" not in identity and "name" not in identity, "the default identity, default path"
+    assert "filepath" not in identity and "aud" not in identity, "the default identity, default path"
     nomad = agent_settings.nomad
     assert str(nomad.token_file) == in_container("secrets/nomad_token")
     assert not any("TOKEN" in name for name in agent.env)
+
+
+def test_agent_authenticates_to_the_aggregator_with_a_workload_identity_for_its_audience(
+    agent: AgentJob, agent_settings: AgentSettings, aggregator_job: AggregatorJob, tmp_path: Path
+) -> None:
+    """A named identity with the aggregator's audience only, written to secrets/nomad_<name>.jwt (Nomad's
+    path for a named identity), is the agent's aggregator token; the aggregator expects that audience and
+    this job among its agent jobs. No shared token is on a node."""
+    identity = identities(agent)["gpuhealth-aggregator"]
+    assert identity["file"] is True and identity["aud"] == ["gpuhealth-aggregator"]
+    token_file = in_container(f"secrets/nomad_{identity['name']}.jwt")
+    assert str(agent_settings.aggregator.token_file) == token_file
+    server = aggregator_settings(aggregator_job, tmp_path)
+    assert server.nomad_audience in identity["aud"]
+    assert agent.name in server.nomad_agent_jobs
+    destinations = [template["destination"] for template in agent.task["template"]]
+    assert not any("token" in destination for destination in destinations)
 
 
 def test_agent_talks_to_the_nomad_client_of_its_own_node(agent: AgentJob) -> None:
@@ -239,10 +265,39 @@ def aggregator_job() -> AggregatorJob:
     return AggregatorJob()
 
 
-def secret_env_names(aggregator_job: AggregatorJob) -> list[str]:
-    template = template_with_destination(aggregator_job.task, "secrets/aggregator.env")
-    assert template["env"] is True
-    return re.findall(r"^\s*(GPUHEALTH_[A-Z0-9_]+)=", heredoc_body(template["data"]), re.MULTILINE)
+SECRET_FILES = ("token", "metrics-token", "database-url", "tls.crt", "tls.key")
+
+
+def aggregator_settings(aggregator_job: AggregatorJob, tmp_path: Path) -> AggregatorSettings:
+    """The settings file the job renders, loaded by the aggregator's loader with the job's environment and
+    the secret files its templates render (test values; a throw-away certificate) where it reads them."""
+    config_path = aggregator_job.config["args"][aggregator_job.config["args"].index("--config") + 1]
+    template = next(
+        t for t in aggregator_job.task["template"] if in_container(t["destination"]) == config_path
+    )
+    secrets = tmp_path / "secrets"
+    tls = write_tls_files(tmp_path / "tls")
+    secrets.mkdir(exist_ok=True)
+    for name, content in (
+        ("token", "t" * 48),
+        ("metrics-token", "m" * 48),
+        ("database-url", SQLITE_DEFAULT_IN(aggregator_job)),
+        ("tls.crt", tls.server_cert.read_text()),
+        ("tls.key", tls.server_key.read_text()),
+    ):
+        (secrets / name).write_text(content + "\n", encoding="utf-8")
+    rendered = write_rendered(template, tmp_path)
+    rendered.write_text(rendered.read_text().replace("/secrets/", f"{secrets}/"), encoding="utf-8")
+    environ = dict(one(aggregator_job.task["env"]))
+    return load_aggregator_settings(rendered, environ=environ)
+
+
+def SQLITE_DEFAULT_IN(aggregator_job: AggregatorJob) -> str:
+    """The database URL the database-url template renders without a database_url in the variable."""
+    data = template_with_destination(aggregator_job.task, "secrets/database-url")["data"]
+    found = re.search(r'\$url := "([^"]+)"', data)
+    assert found, "the database-url template has no SQLite default"
+    return found.group(1)
 
 
 def test_aggregator_is_one_service_instance_with_ready_and_alive_checks(
@@ -260,39 +315,58 @@ def test_aggregator_is_one_service_instance_with_ready_and_alive_checks(
 def test_aggregator_settings_file_is_valid_and_matches_port_and_volume(
     aggregator_job: AggregatorJob, tmp_path: Path, clean_environment: None
 ) -> None:
-    """The rendered file loads with the aggregator's loader; it listens on all addresses at the port the
-    job maps, and its SQLite file lies in the host volume."""
-    config_path = aggregator_job.config["args"][aggregator_job.config["args"].index("--config") + 1]
-    template = next(
-        t for t in aggregator_job.task["template"] if in_container(t["destination"]) == config_path
-    )
-    rendered = write_rendered(template, tmp_path)
-    settings = load_aggregator_settings(rendered, environ={"GPUHEALTH_AGGREGATOR_TOKEN": "test-token"})
+    """The rendered file loads with the aggregator's loader; it listens on all addresses, over HTTPS (so
+    without any plain-HTTP exception), at the port the job maps, and its SQLite file (without a PostgreSQL
+    URL in the variable) lies in the host volume."""
+    settings = aggregator_settings(aggregator_job, tmp_path)
     port = labelled(one(aggregator_job.group["network"])["port"])[aggregator_job.service["port"]]
     assert (settings.host, settings.port) == ("0.0.0.0", port["to"])
+    assert settings.tls_cert_file is not None and not settings.allow_plain_http
+    assert set(tls_options(settings)) == {"ssl_certfile", "ssl_keyfile"}
     mount = one(aggregator_job.task["volume_mount"])
-    assert settings.database_url == f"sqlite:///{mount['destination']}/aggregator.db"
-    assert "token" not in rendered.read_text(encoding="utf-8"), "no secret in the plain settings file"
+    assert settings.database_url.get_secret_value() == f"sqlite:///{mount['destination']}/aggregator.db"
+    assert settings.token is not None and settings.metrics_token is not None
+    assert settings.nomad_address == "http://${attr.unique.network.ip-address}:4646"
 
 
-def test_aggregator_secrets_come_from_its_nomad_variable_as_settings_it_knows(
+def test_aggregator_secrets_are_files_from_its_nomad_variables_never_environment(
     aggregator_job: AggregatorJob,
 ) -> None:
-    """The token and the optional PostgreSQL URL are rendered from nomad/jobs/gpuhealth-aggregator (the path
-    the job's identity may read) into variables the aggregator's settings accept; nothing is inline."""
-    template = template_with_destination(aggregator_job.task, "secrets/aggregator.env")
-    assert f'nomadVar "nomad/jobs/{aggregator_job.name}"' in template["data"]
-    names = secret_env_names(aggregator_job)
-    assert names == ["GPUHEALTH_AGGREGATOR_TOKEN", "GPUHEALTH_AGGREGATOR_DATABASE_URL"]
-    fields = set(AggregatorSettings.model_fields)
-    assert {name.removeprefix("GPUHEALTH_AGGREGATOR_").lower() for name in names} <= fields
-    assert "env" not in aggregator_job.task, "no environment (and so no secret) written in the job"
+    """The tokens, the optional PostgreSQL URL and the TLS key are rendered from nomad/jobs/gpuhealth-
+    aggregator[/tls] (paths the job's identity may read) into files of the secrets directory readable by the
+    task only, which the settings name; nothing secret is inline or in the environment."""
+    by_destination = {t["destination"]: t for t in aggregator_job.task["template"]}
+    for name in SECRET_FILES:
+        template = by_destination[f"secrets/{name}"]
+        assert template["perms"] == "0400"
+        assert f'nomadVar "nomad/jobs/{aggregator_job.name}' in template["data"]
+        assert not template.get("env"), "a secret never becomes an environment variable"
+    config = by_destination["local/aggregator.yaml"]["data"]
+    for name in SECRET_FILES:
+        assert f"/secrets/{name}" in config, name
+    assert set(one(aggregator_job.task["env"])) == {"GPUHEALTH_AGGREGATOR_NOMAD_ADDRESS"}
 
 
-def test_agents_aggregator_token_comes_from_the_agent_jobs_variable(agent: AgentJob) -> None:
-    template = template_with_destination(agent.task, "secrets/aggregator-token")
+def test_aggregator_reads_allocations_with_its_own_identity_and_nothing_more(
+    aggregator_job: AggregatorJob, tmp_path: Path
+) -> None:
+    """Its default workload identity (secrets/nomad_token) is the token it looks agents' allocations up
+    with; the policy attached to the job grants read-job in the agents' namespace, nothing else."""
+    identity = one(aggregator_job.task["identity"])
+    assert identity["file"] is True and "aud" not in identity
+    settings = aggregator_settings(aggregator_job, tmp_path)
+    assert str(settings.nomad_token_file) == f"{tmp_path / 'secrets'}/nomad_token"  # /secrets/, mapped here
+    policy = load(AGGREGATOR_POLICY)
+    assert set(policy) == {"namespace"}
+    assert labelled(policy["namespace"]) == {"default": {"capabilities": ["read-job"]}}
+
+
+def test_agents_verify_the_aggregator_with_the_ca_from_the_agent_jobs_variable(agent: AgentJob) -> None:
+    template = template_with_destination(agent.task, "secrets/aggregator-ca.pem")
     assert f'nomadVar "nomad/jobs/{agent.name}"' in template["data"]
     assert template["perms"] == "0400"
+    config = template_with_destination(agent.task, "local/agent.yaml")["data"]
+    assert "url: https://{{ .Address }}:{{ .Port }}" in config
 
 
 @pytest.mark.parametrize("job_file", [AGENT_JOB, AGGREGATOR_JOB], ids=["agent", "aggregator"])
@@ -330,10 +404,21 @@ def test_agent_check_path_is_served_by_the_agent(agent: AgentJob, agent_endpoint
 def test_aggregator_check_paths_are_served_by_the_aggregator(
     aggregator_job: AggregatorJob, tmp_path: Path
 ) -> None:
-    live = LiveAggregator(tmp_path / "aggregator.db", ManualClock(), "test-token").start()
+    """The checks speak HTTPS, as the job's TLS settings make the aggregator serve."""
+    tls = write_tls_files(tmp_path / "tls")
+    live = LiveAggregator(
+        tmp_path / "aggregator.db",
+        ManualClock(),
+        "test-token-0123456789abcdef0123456789",
+        tls_cert_file=tls.server_cert,
+        tls_key_file=tls.server_key,
+    ).start()
+    context = ssl.create_default_context(cafile=str(tls.ca))
     try:
         for check in aggregator_job.service["check"]:
-            assert http_status(live.url + check["path"]) == 200, check["path"]
+            assert check["protocol"] == "https"
+            with urllib.request.urlopen(live.url + check["path"], timeout=10, context=context) as answer:
+                assert answer.status == 200, check["path"]
     finally:
         live.stop()
 

@@ -16,7 +16,8 @@ import pytest
 import yaml
 from live_aggregator import LiveAggregator
 
-from agent.settings import aggregator_token, load_settings
+from agent.settings import load_settings
+from aggregator.settings import AggregatorSettings
 from aggregator.settings import load_settings as load_aggregator_settings
 from gpuhealth.core.clock import ManualClock
 from tests.helm.conftest import (
@@ -30,6 +31,7 @@ from tests.helm.conftest import (
 )
 
 AGGREGATOR_URL = f"http://{RELEASE}-aggregator.{NAMESPACE}.svc:8470"
+SECRETS_DIR = "/var/run/secrets/gpuhealth-aggregator"
 POSTGRESQL: dict[str, Any] = {
     "aggregator": {
         "replicas": 3,
@@ -54,27 +56,73 @@ def agent_settings_file(objects: list[Manifest], tmp_path: Path) -> Path:
     return path
 
 
-def test_the_agents_report_to_the_release_aggregator_with_its_generated_token(
+def secret_named(objects: list[Manifest], name: str) -> Manifest:
+    found: Manifest = next(obj for obj in by_kind(objects, "Secret") if obj["metadata"]["name"] == name)
+    return found
+
+
+def projected_secrets(objects: list[Manifest]) -> dict[str, tuple[str, str]]:
+    """The aggregator's secret files: file name -> (Secret, key)."""
+    pod = one(objects, "Deployment", "aggregator")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    return {
+        item["path"]: (source["secret"]["name"], item["key"])
+        for source in volume["projected"]["sources"]
+        for item in source["secret"]["items"]
+    }
+
+
+def aggregator_settings_of(objects: list[Manifest], tmp_path: Path, **files: str) -> AggregatorSettings:
+    """The rendered aggregator config loaded as the aggregator loads it, its secret files (``files``: name ->
+    content, e.g. token) made under tmp_path where the pod has them mounted."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(exist_ok=True)
+    for name, content in {"token": "t" * 48, "metrics-token": "m" * 48, **files}.items():
+        (secrets / name).write_text(content + "\n", encoding="utf-8")
+    text = one(objects, "ConfigMap", "aggregator")["data"]["config.yaml"]
+    path = tmp_path / "aggregator.yaml"
+    path.write_text(text.replace(SECRETS_DIR + "/", f"{secrets}/"), encoding="utf-8")
+    return load_aggregator_settings(path, environ={})
+
+
+def test_the_agents_report_with_a_projected_token_the_aggregator_reviews(
     render: Render, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Defaults: the agents' aggregator.url is the aggregator's Service, and their token variable reads the
-    generated Secret the aggregator reads too; the token is long and random, never in a ConfigMap."""
+    """Defaults: the agents' aggregator.url is the aggregator's Service and their token is a projected
+    ServiceAccount token for the audience the aggregator's TokenReview expects, bound to the pod (so the
+    node); no shared token reaches a GPU node. The aggregator reads its generated token (people, `helm test`)
+    from a mounted file, never an environment variable or a ConfigMap."""
     objects = render()
-    secret = one(objects, "Secret", "aggregator")
+    secret = secret_named(objects, f"{RELEASE}-aggregator-token")
     token = base64.b64decode(secret["data"]["token"]).decode()
     assert len(token) == 48 and token.isalnum()
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
-    agent_env = env_of(container(objects, "DaemonSet", "agent", "agent"))
-    server_env = env_of(container(objects, "Deployment", "aggregator", "aggregator"))
-    reference = {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "token"}}
-    assert agent_env["GPUHEALTH_AGGREGATOR_TOKEN"] == reference
-    assert server_env["GPUHEALTH_AGGREGATOR_TOKEN"] == reference
+    agent = container(objects, "DaemonSet", "agent", "agent")
+    assert "GPUHEALTH_AGGREGATOR_TOKEN" not in env_of(agent)
+    assert "GPUHEALTH_AGGREGATOR_TOKEN" not in env_of(
+        container(objects, "Deployment", "aggregator", "aggregator")
+    )
+    assert projected_secrets(objects)["token"] == (secret["metadata"]["name"], "token")
 
     monkeypatch.setenv("NODE_NAME", "gpu-node-0")
     settings = load_settings(agent_settings_file(objects, tmp_path))
     assert settings.aggregator.url == AGGREGATOR_URL
-    assert aggregator_token(settings.aggregator, environ={"GPUHEALTH_AGGREGATOR_TOKEN": token}) == token
+    assert settings.aggregator.token_file == Path("/var/run/secrets/gpuhealth-aggregator/token")
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    [identity] = [v for v in pod["volumes"] if v["name"] == "aggregator-identity"]
+    [projected] = [
+        s["serviceAccountToken"] for s in identity["projected"]["sources"] if "serviceAccountToken" in s
+    ]
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    assert f"{mounts['aggregator-identity']}/{projected['path']}" == str(settings.aggregator.token_file)
+
+    server = aggregator_settings_of(objects, tmp_path)
+    assert projected["audience"] == server.kubernetes_audience == "gpuhealth-aggregator"
+    agent_account = f"system:serviceaccount:{NAMESPACE}:{pod['serviceAccountName']}"
+    assert server.kubernetes_agent_service_accounts == [agent_account]
+    assert server.kubernetes_api_url == "https://kubernetes.default.svc"
+    assert server.token is not None and server.token.get_secret_value() == "t" * 48
     service = one(objects, "Service", "aggregator")
     assert service["metadata"]["name"] == f"{RELEASE}-aggregator"
     assert service["spec"]["ports"][0]["port"] == 8470
@@ -85,20 +133,20 @@ def test_the_agents_report_to_the_release_aggregator_with_its_generated_token(
 def test_the_aggregator_config_file_loads_and_keeps_sqlite_on_its_volume(
     render: Render, tmp_path: Path
 ) -> None:
-    """The rendered config file is valid for the aggregator: it listens on every address of its pod, keeps
-    the SQLite file on the claimed volume, and takes the user's settings."""
+    """The rendered config file is valid for the aggregator: it listens on every address of its pod (plain
+    HTTP there only because the chart allows it, TLS being off), keeps the SQLite file on the claimed volume,
+    and takes the user's settings."""
     objects = render({"aggregator": {"settings": {"budget_max_nodes": 3, "cooldown_s": 600}}})
-    path = tmp_path / "aggregator.yaml"
-    path.write_text(one(objects, "ConfigMap", "aggregator")["data"]["config.yaml"], encoding="utf-8")
-    settings = load_aggregator_settings(path, environ={"GPUHEALTH_AGGREGATOR_TOKEN": "t" * 48})
-    assert (settings.host, settings.port) == ("0.0.0.0", 8470)
+    settings = aggregator_settings_of(objects, tmp_path)
+    assert (settings.host, settings.port, settings.allow_plain_http) == ("0.0.0.0", 8470, True)
     assert settings.budget_max_nodes == 3 and settings.cooldown_s == 600
     database_dir = "/var/lib/gpuhealth-aggregator"
-    assert settings.database_url == f"sqlite:///{database_dir}/aggregator.db"
+    assert settings.database_url.get_secret_value() == f"sqlite:///{database_dir}/aggregator.db"
 
     pod = one(objects, "Deployment", "aggregator")["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["data"] == database_dir
+    assert mounts["secrets"] == SECRETS_DIR
     claim = one(objects, "PersistentVolumeClaim", "aggregator")
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
@@ -107,11 +155,12 @@ def test_the_aggregator_config_file_loads_and_keeps_sqlite_on_its_volume(
 
 def test_the_aggregator_is_probed_on_its_own_endpoints_and_runs_unprivileged(render: Render) -> None:
     """Readiness on /readyz (503 while the database is down), liveness on /healthz, on the named port the
-    Service targets; non-root, read-only root, no capability, no service-account token."""
+    Service targets; non-root, read-only root, no capability; its service-account token is mounted only
+    for the agents' TokenReviews."""
     objects = render()
     server = container(objects, "Deployment", "aggregator", "aggregator")
-    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert server["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTP"}
+    assert server["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
     assert server["ports"] == [{"name": "http", "containerPort": 8470, "protocol": "TCP"}]
     assert one(objects, "Service", "aggregator")["spec"]["ports"][0]["targetPort"] == "http"
     assert server["resources"]["limits"]["memory"]
@@ -119,7 +168,12 @@ def test_the_aggregator_is_probed_on_its_own_endpoints_and_runs_unprivileged(ren
     assert server["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     pod = one(objects, "Deployment", "aggregator")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True
+    shared = render({"aggregator": {"agentAuth": {"mode": "sharedToken"}}})
+    assert (
+        one(shared, "Deployment", "aggregator")["spec"]["template"]["spec"]["automountServiceAccountToken"]
+        is False
+    )
     budget = one(objects, "PodDisruptionBudget", "aggregator")
     assert budget["spec"]["maxUnavailable"] == 1
 
@@ -138,7 +192,8 @@ def test_postgresql_takes_the_url_from_its_secret_runs_replicas_and_no_volume(re
     assert deployment["spec"]["replicas"] == 3
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     server_env = env_of(container(objects, "Deployment", "aggregator", "aggregator"))
-    assert server_env["GPUHEALTH_AGGREGATOR_DATABASE_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    assert not any("DATABASE_URL" in name for name in server_env)  # a file, never a variable
+    assert projected_secrets(objects)["database-url"] == ("pg", "dsn")
     assert by_kind(objects, "PersistentVolumeClaim") == []
     assert "initContainers" not in deployment["spec"]["template"]["spec"]
 
@@ -161,9 +216,9 @@ def test_an_upgrade_with_postgresql_migrates_once_in_a_pre_upgrade_hook(
     assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
     [step] = job["spec"]["template"]["spec"]["containers"]
     assert step["args"] == ["aggregator", "--migrate-only"]
-    assert env_of(step) == {
-        "GPUHEALTH_AGGREGATOR_DATABASE_URL": {"secretKeyRef": {"name": "pg", "key": "dsn"}}
-    }
+    assert env_of(step) == {"GPUHEALTH_AGGREGATOR_DATABASE_URL_FILE": f"{SECRETS_DIR}/database-url"}
+    [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "database-url"]
+    assert volume["secret"] == {"secretName": "pg", "items": [{"key": "dsn", "path": "database-url"}]}
     assert component_of(job) == "aggregator"
 
 
@@ -199,15 +254,13 @@ def test_without_a_scraper_selector_no_namespace_is_admitted_wholesale(render: R
 
 
 def test_an_existing_token_secret_is_used_and_none_is_generated(render: Render) -> None:
+    """The user's token Secret is what the aggregator mounts; only the scraper's token is generated."""
     objects = render({"aggregator": {"tokenSecret": {"name": "my-token", "key": "value"}}})
-    assert by_kind(objects, "Secret") == []
-    reference = {"secretKeyRef": {"name": "my-token", "key": "value"}}
-    assert (
-        env_of(container(objects, "DaemonSet", "agent", "agent"))["GPUHEALTH_AGGREGATOR_TOKEN"] == reference
-    )
-    assert env_of(container(objects, "Deployment", "aggregator", "aggregator"))[
-        "GPUHEALTH_AGGREGATOR_TOKEN"
-    ] == (reference)
+    assert [secret["metadata"]["name"] for secret in by_kind(objects, "Secret")] == [
+        f"{RELEASE}-aggregator-metrics-token"
+    ]
+    assert projected_secrets(objects)["token"] == ("my-token", "value")
+    assert "GPUHEALTH_AGGREGATOR_TOKEN" not in env_of(container(objects, "DaemonSet", "agent", "agent"))
 
 
 def test_the_settings_keys_of_the_schema_are_the_aggregators_settings() -> None:
@@ -217,7 +270,10 @@ def test_the_settings_keys_of_the_schema_are_the_aggregators_settings() -> None:
 
     schema = yaml.safe_load((CHART_DIR / "values.schema.json").read_text())
     allowed = set(schema["properties"]["aggregator"]["properties"]["settings"]["properties"])
-    chart_set = {"host", "port", "database_url", "token"}
+    # Where it listens, its database, its secrets (mounted files) and TLS: the chart's own values set them.
+    chart_set = {"host", "port", "database_url", "database_url_file", "token", "shared_token_file"}
+    chart_set |= {"metrics_token", "metrics_token_file", "allow_plain_http"}
+    chart_set |= {"tls_cert_file", "tls_key_file", "tls_client_ca_file"}
     assert allowed == set(AggregatorSettings.model_fields) - chart_set
 
 

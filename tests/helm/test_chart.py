@@ -69,6 +69,15 @@ VARIATIONS: dict[str, dict[str, Any]] = {
         "admissionPolicy": {"enabled": False},
     },
     "drain-on": {"drain": {"enabled": True}},
+    # The aggregator over HTTPS from an existing Secret (cert-manager's Certificate is a CRD: its own test),
+    # with people's hashed tokens; and the deprecated shared-token mode.
+    "tls-secret": {
+        "aggregator": {
+            "tls": {"enabled": True, "secretName": "agg-tls"},
+            "identitiesSecret": {"name": "people"},
+        }
+    },
+    "shared-token": {"aggregator": {"agentAuth": {"mode": "sharedToken"}}},
 }
 
 MINIMAL_GRANTS = {
@@ -171,8 +180,8 @@ def test_chart_lints_clean_in_strict_mode(variation: str) -> None:
 
 def test_default_render_contains_the_agent_and_its_aggregator(render: Render) -> None:
     """Defaults: the agents (DaemonSet, ConfigMap, ServiceAccount, RBAC, the admission policies) and the
-    aggregator they report to (Deployment, Service, ServiceAccount, ConfigMap, token Secret, SQLite volume,
-    disruption budget, network policy) with its `helm test` pod; no monitoring objects and no agent Service
+    aggregator they report to (Deployment, Service, ServiceAccount and its TokenReview grant, ConfigMap,
+    token Secrets, SQLite volume, disruption budget, network policy) with its `helm test` pod; no monitoring objects and no agent Service
     (both are opt-in)."""
     objects = render()
     agent = sorted(obj["kind"] for obj in objects if component_of(obj) == "agent")
@@ -192,12 +201,14 @@ def test_default_render_contains_the_agent_and_its_aggregator(render: Render) ->
     )
     assert aggregator == sorted(
         [
+            "ClusterRoleBinding",  # system:auth-delegator: TokenReviews of the agents' tokens
             "ConfigMap",
             "Deployment",
             "NetworkPolicy",
             "PersistentVolumeClaim",
             "PodDisruptionBudget",
-            "Secret",
+            "Secret",  # the API token
+            "Secret",  # the scraper's token
             "Service",
             "ServiceAccount",
         ]

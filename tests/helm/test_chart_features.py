@@ -29,7 +29,7 @@ from tests.helm.test_chart import DRAIN_GRANTS, MINIMAL_GRANTS, granted
 
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 NODE_IP = "10.1.2.3"
-TOKEN = "s3cr3t-t0ken-value"  # the Secret's content as the kubelet would read it (a test value)
+TOKEN = "s3cr3t-t0ken-value-0123456789abcdef0123456789"  # the Secret's content as the kubelet would read it (a test value)
 # An aggregator run elsewhere (not by this release), with its token in a Secret of the user's.
 AGGREGATOR = {
     "enabled": False,

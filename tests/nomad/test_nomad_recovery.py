@@ -30,7 +30,7 @@ from remediation.plan import RemediationPolicy
 from sim.nomad.harness import NomadSim, running_nomad_sim
 from sim.simulated_recovery import SimulatedNodeRecovery
 
-TOKEN = "nomad-recovery-token"
+TOKEN = "nomad-recovery-token-0123456789abcdef0123456789"
 NODE = "gpu-node-0"
 
 

@@ -37,7 +37,7 @@ from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.requeue import REQUEUED_ANNOTATION
 from remediation.plan import RemediationPolicy
 
-TOKEN = "realkube-drain-token"
+TOKEN = "realkube-drain-token-0123456789abcdef0123456789"
 FAST_DRAIN = DrainPolicy(poll_interval_s=0.1, retry_initial_s=0.1, retry_max_s=0.5, pod_timeout_s=20.0)
 
 

@@ -16,7 +16,6 @@ groups and removes the directory: nothing is left behind.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import secrets
 import shutil
@@ -34,10 +33,8 @@ from typing import IO, Any
 
 import structlog
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from certificates import CertificateAuthority, new_key, pem_of_key
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 log = structlog.get_logger("control_plane")
@@ -115,98 +112,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-# --- keys and certificates --------------------------------------------------------------------------------
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    attributes += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
-    return x509.Name(attributes)
-
-
-@dataclass(frozen=True)
-class CertificateAuthority:
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
-
-    @classmethod
-    def create(cls) -> CertificateAuthority:
-        key = _key()
-        now = dt.datetime.now(dt.UTC)
-        name = _name("gpuhealth-test-ca")
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(key, hashes.SHA256())
-        )
-        return cls(key, cert)
-
-    def pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-    def issue(
-        self, common_name: str, organizations: tuple[str, ...] = (), *, server: bool = False
-    ) -> tuple[bytes, bytes]:
-        """(certificate PEM, key PEM) for a client (CN = user, O = groups) or the loopback server."""
-        key = _key()
-        now = dt.datetime.now(dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(common_name, organizations))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        )
-        if server:
-            import ipaddress
-
-            san = x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            )
-            builder = builder.add_extension(san, critical=False).add_extension(
-                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-            )
-        else:
-            builder = builder.add_extension(
-                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-            )
-        cert = builder.sign(self.key, hashes.SHA256())
-        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
 # --- the processes ------------------------------------------------------------------------------------------
@@ -314,8 +219,8 @@ class ControlPlane:
         serving_cert, serving_key = self.ca.issue("kube-apiserver", server=True)
         (self.root / "serving.crt").write_bytes(serving_cert)
         (self.root / "serving.key").write_bytes(serving_key)
-        sa_key = _key()
-        (self.root / "sa.key").write_bytes(_key_pem(sa_key))
+        sa_key = new_key()
+        (self.root / "sa.key").write_bytes(pem_of_key(sa_key))
         (self.root / "sa.pub").write_bytes(
             sa_key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo

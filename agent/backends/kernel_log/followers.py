@@ -25,6 +25,7 @@ from agent.backends.kernel_log.kmsg import parse_kmsg_record
 from agent.backends.kernel_log.link_state import parse_link_line
 from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
+from gpuhealth.core.child_env import child_environment
 from gpuhealth.core.clock import Clock, RealClock
 from gpuhealth.core.snapshot import LinkEvent, SxidEvent, XidEvent
 
@@ -272,7 +273,11 @@ class JournalFollower(_Follower):
         """Run the command until it exits (or is terminated); its exit code, None if it could not start."""
         try:
             process = subprocess.Popen(
-                self._command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+                self._command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=child_environment(),  # never the agent's tokens
             )
         except OSError as exc:
             log.error("journalctl could not be started", command=self._command[0], error=str(exc))

@@ -102,7 +102,7 @@ The requeue modes mirror the requeue grants: a kind the agent may patch is auto,
 
 {{/*
 Aggregator, DCGM and diagnostics, added to the config dict passed in. The aggregator's token is never here
-(an env var from its Secret); an exporter URL left empty comes from the env var set in daemonset.yaml.
+(a projected ServiceAccount token file, or an env var from its Secret); an exporter URL left empty comes from the env var set in daemonset.yaml.
 Diagnostics off means off: neither scheduled nor on-demand runs (the agent's default allows on-demand).
 */}}
 {{- define "gpuhealth.featureConfig" -}}
@@ -111,7 +111,15 @@ Diagnostics off means off: neither scheduled nor on-demand runs (the agent's def
 {{- $v := $root.Values }}
 {{- $aggregatorUrl := include "gpuhealth.aggregatorUrl" $root }}
 {{- if $aggregatorUrl }}
-{{- $_ := set $config "aggregator" (merge (dict "url" $aggregatorUrl) (deepCopy $v.aggregator.config)) }}
+{{- $link := dict "url" $aggregatorUrl }}
+{{- $identity := include "gpuhealth.agentIdentityDir" $root }}
+{{- if include "gpuhealth.aggregator.agentsUseServiceAccountToken" $root }}
+{{- $_ := set $link "token_file" (printf "%s/token" $identity) }}
+{{- end }}
+{{- if include "gpuhealth.aggregator.agentCA" $root }}
+{{- $_ := set $link "ca_file" (printf "%s/ca.crt" $identity) }}
+{{- end }}
+{{- $_ := set $config "aggregator" (merge $link (deepCopy $v.aggregator.config)) }}
 {{- end }}
 {{- $exporter := dict "enabled" $v.dcgm.exporter.enabled }}
 {{- if $v.dcgm.exporter.url }}
@@ -230,7 +238,8 @@ app.kubernetes.io/part-of: gpuhealth
 {{/* The URL the agents use: this release's aggregator Service, else aggregator.url (an aggregator elsewhere). */}}
 {{- define "gpuhealth.aggregatorUrl" -}}
 {{- if .Values.aggregator.enabled }}
-{{- printf "http://%s.%s.svc:%d" (include "gpuhealth.aggregator.fullname" .) .Release.Namespace (int .Values.aggregator.port) }}
+{{- $scheme := ternary "https" "http" (not (empty .Values.aggregator.tls.enabled)) }}
+{{- printf "%s://%s.%s.svc:%d" $scheme (include "gpuhealth.aggregator.fullname" .) .Release.Namespace (int .Values.aggregator.port) }}
 {{- else }}
 {{- .Values.aggregator.url }}
 {{- end }}
@@ -245,6 +254,70 @@ app.kubernetes.io/part-of: gpuhealth
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the token /metrics is scraped with (good for nothing else): generated, kept. */}}
+{{- define "gpuhealth.aggregator.metricsTokenSecretName" -}}
+{{- printf "%s-metrics-token" (include "gpuhealth.aggregator.fullname" .) }}
+{{- end }}
+
+{{/* How a prometheus-operator scraper reaches the aggregator's /metrics: the scraper's own token (it reads
+/metrics and nothing else) and, with TLS, the CA and the Service name the certificate carries (a PodMonitor
+scrapes the pod's address, which the certificate does not name). */}}
+{{- define "gpuhealth.aggregator.scrapeAuth" -}}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "gpuhealth.aggregator.metricsTokenSecretName" . }}
+    key: token
+{{- with include "gpuhealth.aggregator.tlsSecretName" . }}
+scheme: https
+tlsConfig:
+  serverName: {{ printf "%s.%s.svc" (include "gpuhealth.aggregator.fullname" $) $.Release.Namespace }}
+  ca:
+    secret:
+      name: {{ . }}
+      key: ca.crt
+{{- end }}
+{{- end }}
+
+{{/* The aggregator's TLS Secret (tls.crt, tls.key, ca.crt): cert-manager's, else the one named; empty without TLS. */}}
+{{- define "gpuhealth.aggregator.tlsSecretName" -}}
+{{- $tls := .Values.aggregator.tls }}
+{{- if and .Values.aggregator.enabled $tls.enabled }}
+{{- if $tls.certManager.issuerRef }}
+{{- printf "%s-tls" (include "gpuhealth.aggregator.fullname" .) }}
+{{- else }}
+{{- $tls.secretName }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret and key of the CA the agents verify the aggregator with ("name/key"), or empty. */}}
+{{- define "gpuhealth.aggregator.agentCA" -}}
+{{- if .Values.aggregator.caSecret.name }}
+{{- printf "%s/%s" .Values.aggregator.caSecret.name .Values.aggregator.caSecret.key }}
+{{- else if include "gpuhealth.aggregator.tlsSecretName" . }}
+{{- printf "%s/ca.crt" (include "gpuhealth.aggregator.tlsSecretName" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the agents authenticate with a projected ServiceAccount token (else the shared token Secret). */}}
+{{- define "gpuhealth.aggregator.agentsUseServiceAccountToken" -}}
+{{- $a := .Values.aggregator }}
+{{- if and (eq $a.agentAuth.mode "serviceAccountToken") (include "gpuhealth.aggregatorUrl" .) (or $a.enabled (not $a.tokenSecret.name)) }}true{{ end }}
+{{- end }}
+
+{{/* Whether the release's aggregator reviews the agents' ServiceAccount tokens (TokenReview). */}}
+{{- define "gpuhealth.aggregator.reviewsTokens" -}}
+{{- if and .Values.aggregator.enabled (eq .Values.aggregator.agentAuth.mode "serviceAccountToken") }}true{{ end }}
+{{- end }}
+
+{{/* Where the agent finds its aggregator credentials (projected token, CA) in its container. */}}
+{{- define "gpuhealth.agentIdentityDir" -}}/var/run/secrets/gpuhealth-aggregator{{- end }}
+
+{{/* Where the aggregator finds its secrets and TLS files in its container. */}}
+{{- define "gpuhealth.aggregator.secretsDir" -}}/var/run/secrets/gpuhealth-aggregator{{- end }}
+{{- define "gpuhealth.aggregator.tlsDir" -}}/var/run/secrets/gpuhealth-aggregator-tls{{- end }}
+
 {{/* Whether the database is the SQLite file on a volume (the default) rather than an external PostgreSQL. */}}
 {{- define "gpuhealth.aggregator.sqlite" -}}
 {{- if eq .Values.aggregator.database.type "sqlite" }}true{{ end }}
@@ -255,8 +328,31 @@ app.kubernetes.io/part-of: gpuhealth
 {{- $settings := deepCopy .Values.aggregator.settings }}
 {{- $_ := set $settings "host" "0.0.0.0" }}
 {{- $_ = set $settings "port" (int .Values.aggregator.port) }}
+{{- $secrets := include "gpuhealth.aggregator.secretsDir" . }}
 {{- if include "gpuhealth.aggregator.sqlite" . }}
 {{- $_ = set $settings "database_url" "sqlite:////var/lib/gpuhealth-aggregator/aggregator.db" }}
+{{- else }}
+{{- $_ = set $settings "database_url_file" (printf "%s/database-url" $secrets) }}
+{{- end }}
+{{- /* Secrets are files of mounted Secrets, never environment variables (docker inspect, child processes). */}}
+{{- $_ = set $settings "shared_token_file" (printf "%s/token" $secrets) }}
+{{- $_ = set $settings "metrics_token_file" (printf "%s/metrics-token" $secrets) }}
+{{- if .Values.aggregator.identitiesSecret.name }}
+{{- $_ = set $settings "token_file" (printf "%s/tokens.yaml" $secrets) }}
+{{- end }}
+{{- if include "gpuhealth.aggregator.tlsSecretName" . }}
+{{- $tlsDir := include "gpuhealth.aggregator.tlsDir" . }}
+{{- $_ = set $settings "tls_cert_file" (printf "%s/tls.crt" $tlsDir) }}
+{{- $_ = set $settings "tls_key_file" (printf "%s/tls.key" $tlsDir) }}
+{{- else if .Values.aggregator.tls.allowPlainHttp }}
+{{- $_ = set $settings "allow_plain_http" true }}
+{{- end }}
+{{- if include "gpuhealth.aggregator.reviewsTokens" . }}
+{{- $agentUser := printf "system:serviceaccount:%s:%s" .Release.Namespace (include "gpuhealth.serviceAccountName" .) }}
+{{- $_ = set $settings "kubernetes_api_url" (get $settings "kubernetes_api_url" | default "https://kubernetes.default.svc") }}
+{{- $_ = set $settings "kubernetes_ca_file" (get $settings "kubernetes_ca_file" | default "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt") }}
+{{- $_ = set $settings "kubernetes_audience" .Values.aggregator.agentAuth.audience }}
+{{- $_ = set $settings "kubernetes_agent_service_accounts" (list $agentUser) }}
 {{- end }}
 {{- toYaml (dict "aggregator" $settings) }}
 {{- end }}
@@ -269,6 +365,12 @@ app.kubernetes.io/part-of: gpuhealth
 {{- end }}
 {{- if and $a.enabled (gt (int $a.replicas) 1) (include "gpuhealth.aggregator.sqlite" .) }}
 {{- fail "aggregator.replicas > 1 needs aggregator.database.type=postgresql: the SQLite file is written by one aggregator only" }}
+{{- end }}
+{{- if and $a.enabled $a.tls.enabled (not $a.tls.certManager.issuerRef) (not $a.tls.secretName) }}
+{{- fail "aggregator.tls.enabled needs aggregator.tls.certManager.issuerRef (cert-manager) or aggregator.tls.secretName (an existing Secret with tls.crt, tls.key and ca.crt)" }}
+{{- end }}
+{{- if not (has $a.agentAuth.mode (list "serviceAccountToken" "sharedToken")) }}
+{{- fail (printf "aggregator.agentAuth.mode is %q: serviceAccountToken or sharedToken" $a.agentAuth.mode) }}
 {{- end }}
 {{- if and $a.enabled (eq $a.database.type "postgresql") (not $a.database.postgresql.urlSecret.name) }}
 {{- fail "aggregator.database.type=postgresql needs aggregator.database.postgresql.urlSecret.name: an existing Secret holding the database URL" }}
@@ -290,6 +392,14 @@ capabilities:
   readOnly: true
 - name: tmp
   mountPath: /tmp
+- name: secrets
+  mountPath: {{ include "gpuhealth.aggregator.secretsDir" . }}
+  readOnly: true
+{{- if include "gpuhealth.aggregator.tlsSecretName" . }}
+- name: tls
+  mountPath: {{ include "gpuhealth.aggregator.tlsDir" . }}
+  readOnly: true
+{{- end }}
 {{- if include "gpuhealth.aggregator.sqlite" . }}
 - name: data
   mountPath: /var/lib/gpuhealth-aggregator

@@ -22,7 +22,7 @@ from gpuhealth.core.steps import Drain
 from remediation.aggregator_client import AggregatorClient
 from remediation.plan import RemediationPolicy
 
-TOKEN = "scenario-token"
+TOKEN = "scenario-token-0123456789abcdef0123456789"
 HEARTBEAT_S = 60.0
 
 

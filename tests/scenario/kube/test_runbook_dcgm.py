@@ -22,7 +22,7 @@ from gpuhealth.core.health import NodeState
 from remediation.aggregator_client import AggregatorClient
 from tests.aggregator.postgres import free_port
 
-TOKEN = "scenario-token"
+TOKEN = "scenario-token-0123456789abcdef0123456789"
 # GPU 1 has 3 volatile double-bit ECC errors; series are named by index (resolved through NVML's UUIDs).
 PAGE = (FIXTURES / "dcgm" / "exporter-index-only.prom").read_bytes()
 

@@ -25,7 +25,7 @@ from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.health import NodeState
 from remediation.aggregator_client import AggregatorClient
 
-TOKEN = "scenario-token"
+TOKEN = "scenario-token-0123456789abcdef0123456789"
 HEARTBEAT_S = 60
 FIXTURES = TEST_FIXTURES / "dcgm"
 PASS = "diag-3.1.0-r1-pass.json"

@@ -33,7 +33,7 @@ from remediation.plan import RemediationPolicy
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"
-TOKEN = "drain-scenario-token"
+TOKEN = "drain-scenario-token-0123456789abcdef0123456789"
 FLEET = 16
 PERMIT_RETRY_S = 0.3
 JOBSET_KEY = "jobsets.jobset.x-k8s.io"

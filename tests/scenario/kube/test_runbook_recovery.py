@@ -38,7 +38,7 @@ from sim.kube.harness import KubeSim, running_kube_sim
 from sim.simulated_recovery import SimulatedNodeRecovery
 
 NS = "train"
-TOKEN = "recovery-scenario-token"
+TOKEN = "recovery-scenario-token-0123456789abcdef0123456789"
 FLEET = 4
 CLEAN_READINGS = 2
 TAINT_KEY = "gpuhealth.io/unhealthy"

@@ -28,7 +28,7 @@ from remediation.nomad.executor import NomadExecutor
 from remediation.plan import RemediationPolicy
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
-TOKEN = "drain-scenario-token"
+TOKEN = "drain-scenario-token-0123456789abcdef0123456789"
 FLEET = 16
 PERMIT_RETRY_S = 0.3
 

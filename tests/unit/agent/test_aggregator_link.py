@@ -32,7 +32,7 @@ from gpuhealth.core.steps import Cordon, RequestPermit, SetTaint, Step
 from remediation.aggregator_client import AggregatorClient
 
 NODE = "gpu-node-0"
-TOKEN = "unit-test-token"
+TOKEN = "unit-test-token-0123456789abcdef0123456789"
 
 
 @pytest.fixture
