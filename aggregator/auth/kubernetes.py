@@ -10,6 +10,7 @@ the token's hash), so a fleet's reports cost the API server a review per agent p
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -46,8 +47,10 @@ class TokenReviewAuthenticator:
         monotonic: Callable[[], float] = time.monotonic,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        # A CA file becomes an SSL context: httpx deprecates a path as ``verify``.
+        tls = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
         self._http = httpx.Client(
-            base_url=api_url.rstrip("/"), verify=verify, timeout=timeout_s, transport=transport
+            base_url=api_url.rstrip("/"), verify=tls, timeout=timeout_s, transport=transport
         )
         self._credentials = credentials
         self._audience = audience
