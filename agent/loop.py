@@ -204,8 +204,9 @@ class Agent:
         facts = self.parts.executor.facts()
         if not facts.exists:  # not readable yet: the planner changes nothing meanwhile either
             return
-        self.parts.lost_state = None
-        resumed = lost.resume(facts)
+        resumed = lost.read_back(facts)
+        if lost.finished:
+            self.parts.lost_state = None
         if resumed is not None:
             self.parts.state_machine.resume(resumed.incident, manual=resumed.manual, note=resumed.note)
             self._memory = resumed.memory

@@ -12,8 +12,8 @@ until the normal path ends the incident (clean readings and the dwell, a validat
 release for ``replace`` and manual quarantines).
 
 The read-back waits for the first pass that can read the node: while the orchestrator cannot be reached the
-planner changes nothing anyway, so nothing is lifted meanwhile. The aggregator is asked once; unreachable, the
-node's own evidence is enough.
+planner changes nothing anyway, so nothing is lifted meanwhile. The aggregator is asked once, on a thread so
+that no pass (and no taint) waits for it; unreachable, the node's own evidence is enough.
 
 ``resumed_state`` is the pure decision (``tests/unit/test_state_recovery.py``); :class:`LostState` is the
 pending read-back the loop runs once.
@@ -22,6 +22,7 @@ pending read-back the loop runs once.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -120,7 +121,14 @@ def resumed_state(
 
 
 class LostState:
-    """The read-back still to do on the first pass that can read the node (the state file was lost)."""
+    """The read-back still to do after a start without a usable state file.
+
+    The aggregator is asked at once, on a thread of its own, so that no pass ever waits for it: the taint of
+    a fault found meanwhile must not wait for an aggregator that is slow or down. On the first pass that can
+    read the node, the node's own marks decide with whatever the aggregator has answered by then; when the
+    node shows no mark, the read-back waits (pass after pass, without blocking) for the aggregator's answer,
+    and is finished once that came (or failed).
+    """
 
     def __init__(
         self,
@@ -130,15 +138,37 @@ class LostState:
         clock: Callable[[], datetime],
     ) -> None:
         self._node = node
-        self._read_record = read_record
         self._clock = clock
+        self._record: AggregatorRecord | None = None
+        self._answered = threading.Event()
+        self.finished = False
+        if read_record is None:
+            self._answered.set()
+        else:
+            threading.Thread(
+                target=self._ask, args=(read_record,), name=f"gpuhealth-read-back:{node}", daemon=True
+            ).start()
 
-    def resume(self, facts: NodeFacts) -> Resumed | None:
-        """What to continue with, given the node as read now (``facts.exists`` must be True)."""
-        record = self._read_record() if self._read_record is not None else None
-        resumed = resumed_state(self._node, facts, record, self._clock())
+    def _ask(self, read_record: Callable[[], AggregatorRecord | None]) -> None:
+        try:
+            self._record = read_record()
+        finally:
+            self._answered.set()
+
+    def wait_for_aggregator(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the aggregator's answer (or its failure); True once there."""
+        return self._answered.wait(timeout_s)
+
+    def read_back(self, facts: NodeFacts) -> Resumed | None:
+        """The incident to continue, given the node as read now (``facts.exists``); sets ``finished`` once
+        nothing more can come of it."""
+        answered = self._answered.is_set()
+        resumed = resumed_state(self._node, facts, self._record if answered else None, self._clock())
+        if resumed is None and not answered:
+            return None  # no mark on the node: what the aggregator says decides, on a later pass
+        self.finished = True
         if resumed is None:
-            log.info("state_lost_nothing_open", node=self._node, aggregator_answered=record is not None)
+            log.info("state_lost_nothing_open", node=self._node, aggregator_record=self._record is not None)
             return None
         log.warning(
             "incident_resumed_after_state_loss",

@@ -4,12 +4,14 @@ keeps the node out of service until the normal path ends the incident."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from waiting import HANG_GUARD_S
 
 from agent.state_machine import MANUAL_QUARANTINE, DebounceConfig, HealthStateMachine
-from agent.state_recovery import STATE_RESTORED, AggregatorRecord, resumed_state
+from agent.state_recovery import STATE_RESTORED, AggregatorRecord, LostState, resumed_state
 from gpuhealth.core.aggregator_api import IncidentSummary, Permit
 from gpuhealth.core.findings import Action, Finding, Status, Verdict
 from gpuhealth.core.health import NodeState
@@ -199,3 +201,42 @@ def test_an_incident_opened_before_the_node_could_be_read_joins_the_resumed_one(
     assert health.incident is not None
     assert (health.incident.id, health.incident.action) == (INCIDENT, Action.REBOOT)
     assert health.incident.reasons == ["XID_79", "XID_48"] and health.incident.gpus == ["GPU-1"]
+
+
+def test_the_nodes_marks_decide_at_once_without_waiting_for_the_aggregator() -> None:
+    """The aggregator hangs: the read-back still continues the incident the node shows, on the first pass."""
+    release = threading.Event()
+
+    def hanging() -> AggregatorRecord | None:
+        release.wait(HANG_GUARD_S)
+        return AggregatorRecord()
+
+    lost = LostState(NODE, hanging, clock=lambda: NOW)
+    try:
+        resumed = lost.read_back(marked())
+        assert resumed is not None and resumed.incident.id == INCIDENT and lost.finished
+    finally:
+        release.set()
+
+
+def test_without_marks_on_the_node_the_aggregators_answer_decides_on_a_later_pass() -> None:
+    """No mark on the node and no answer yet: nothing resumed, not finished (no pass waits); once the
+    aggregator answered with an open incident, the next pass continues it."""
+    release = threading.Event()
+
+    def slow() -> AggregatorRecord | None:
+        release.wait(HANG_GUARD_S)
+        return AggregatorRecord(incident=summary())
+
+    lost = LostState(NODE, slow, clock=lambda: NOW)
+    assert lost.read_back(NodeFacts()) is None and not lost.finished
+    release.set()
+    assert lost.wait_for_aggregator(HANG_GUARD_S)
+    resumed = lost.read_back(NodeFacts())
+    assert resumed is not None and resumed.incident.id == INCIDENT and lost.finished
+
+
+def test_an_aggregator_that_cannot_say_leaves_a_fresh_start() -> None:
+    lost = LostState(NODE, lambda: None, clock=lambda: NOW)
+    assert lost.wait_for_aggregator(HANG_GUARD_S)
+    assert lost.read_back(NodeFacts()) is None and lost.finished
