@@ -15,8 +15,8 @@ The read-back waits for the first pass that can read the node: while the orchest
 planner changes nothing anyway, so nothing is lifted meanwhile. The aggregator is asked once, on a thread so
 that no pass (and no taint) waits for it; unreachable, the node's own evidence is enough.
 
-``resumed_state`` is the pure decision (``tests/unit/test_state_recovery.py``); :class:`LostState` is the
-pending read-back the loop runs once.
+``resumed_state`` is the pure decision (``tests/unit/agent/test_state_recovery.py``); :class:`LostState` is
+the pending read-back the loop runs until it is finished.
 """
 
 from __future__ import annotations
@@ -155,14 +155,15 @@ class LostState:
         finally:
             self._answered.set()
 
-    def wait_for_aggregator(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the aggregator's answer (or its failure); True once there."""
-        return self._answered.wait(timeout_s)
+    @property
+    def answered(self) -> bool:
+        """True once the aggregator answered (or could not), or when there is none to ask."""
+        return self._answered.is_set()
 
     def read_back(self, facts: NodeFacts) -> Resumed | None:
         """The incident to continue, given the node as read now (``facts.exists``); sets ``finished`` once
         nothing more can come of it."""
-        answered = self._answered.is_set()
+        answered = self.answered
         resumed = resumed_state(self._node, facts, self._record if answered else None, self._clock())
         if resumed is None and not answered:
             return None  # no mark on the node: what the aggregator says decides, on a later pass

@@ -8,7 +8,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from waiting import HANG_GUARD_S
+from waiting import HANG_GUARD_S, wait_until
 
 from agent.state_machine import MANUAL_QUARANTINE, DebounceConfig, HealthStateMachine
 from agent.state_recovery import STATE_RESTORED, AggregatorRecord, LostState, resumed_state
@@ -231,12 +231,12 @@ def test_without_marks_on_the_node_the_aggregators_answer_decides_on_a_later_pas
     lost = LostState(NODE, slow, clock=lambda: NOW)
     assert lost.read_back(NodeFacts()) is None and not lost.finished
     release.set()
-    assert lost.wait_for_aggregator(HANG_GUARD_S)
+    assert wait_until(lambda: lost.answered)
     resumed = lost.read_back(NodeFacts())
     assert resumed is not None and resumed.incident.id == INCIDENT and lost.finished
 
 
 def test_an_aggregator_that_cannot_say_leaves_a_fresh_start() -> None:
     lost = LostState(NODE, lambda: None, clock=lambda: NOW)
-    assert lost.wait_for_aggregator(HANG_GUARD_S)
+    assert wait_until(lambda: lost.answered)
     assert lost.read_back(NodeFacts()) is None and lost.finished
