@@ -26,6 +26,7 @@ from agent.permit_gate import PermitGate, split_at_first_permit, withhold_unperm
 from agent.recovery.settle import settle_recovery
 from agent.sources import NodeChangeRelay, XidFeed
 from agent.state_machine import HealthStateMachine
+from agent.state_recovery import LostState
 from agent.state_store import StateStore, StateStoreError
 from checks.config import ChecksConfig
 from checks.dcgm import merge_findings
@@ -97,6 +98,7 @@ class AgentParts:
     recovery: RecoveryRules | None = None  # None: no reset / reboot / validation (agent/recovery/)
     finding_sources: tuple[FindingSource, ...] = ()  # dcgm-exporter, dcgmi: merged with the checks'
     diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics.py)
+    lost_state: LostState | None = None  # the state file was lost: read the incident back (state_recovery)
 
 
 class Agent:
@@ -185,12 +187,29 @@ class Agent:
         """The node's health after this verdict: humans' requests first (quarantine, release, diag), then
         the state machine; a diagnostic that is due or asked for makes the node ``testing`` here."""
         machine, diagnostics = self.parts.state_machine, self.parts.diagnostics
+        self._resume_lost_incident()
         if self.parts.link is not None and not self.dry_run:
             self.parts.link.apply_requests(machine, diagnostics)
         health = machine.observe(verdict)
         if diagnostics is not None:
             health = diagnostics.prepare(machine, snapshot, dry_run=self.dry_run)
         return health
+
+    def _resume_lost_incident(self) -> None:
+        """The state file was lost: on the first pass that can read the node, continue the incident that
+        its marks and the aggregator's record show, so no quarantine is lifted (agent/state_recovery.py)."""
+        lost = self.parts.lost_state
+        if lost is None:
+            return
+        facts = self.parts.executor.facts()
+        if not facts.exists:  # not readable yet: the planner changes nothing meanwhile either
+            return
+        resumed = lost.read_back(facts)
+        if lost.finished:
+            self.parts.lost_state = None
+        if resumed is not None:
+            self.parts.state_machine.resume(resumed.incident, manual=resumed.manual, note=resumed.note)
+            self._memory = resumed.memory
 
     def _plan(self, health: NodeHealth) -> PlanResult:
         """What differs between the desired node and the node as the executor's watch last saw it."""

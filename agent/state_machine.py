@@ -253,6 +253,27 @@ class HealthStateMachine:
         self._set_health(incident, manual=True, now=now)
         return self._health
 
+    def resume(self, incident: Incident, *, manual: bool, note: str | None) -> NodeHealth:
+        """Continue an incident read back from the node after the state file was lost
+        (``agent/state_recovery.py``). One opened meanwhile (the node could not be read yet) joins it."""
+        current = self._health.incident
+        if current is not None and current.id != incident.id:
+            for code in current.reasons:
+                incident = _join(incident, code, current.action)
+            gpus = [*incident.gpus, *(g for g in current.gpus if g not in incident.gpus)]
+            incident = incident.model_copy(
+                update={"gpus": gpus, "findings": [*current.findings, *incident.findings]}
+            )
+        update: dict[str, object] = {"clean_streak": 0, "clean_since": None, "testing_readings": None}
+        if manual:
+            update["quarantine_note"] = note
+        self._counters = self._counters.model_copy(update=update)
+        self._log.warning(
+            "incident_resumed", incident=incident.id, action=incident.action.value, manual=manual
+        )
+        self._set_health(incident, manual=manual or self._health.manual_quarantine, now=self._clock())
+        return self._health
+
     def release_by_human(self, reason: str) -> NodeHealth:
         """Close the open incident because a human said so; codes still bad wait until they clear once."""
         now = self._clock()

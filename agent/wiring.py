@@ -43,10 +43,11 @@ from agent.settings import (
 )
 from agent.sources import EventThread, XidCallback, XidFeed
 from agent.state_machine import HealthStateMachine
+from agent.state_recovery import AggregatorRecord, LostState, record_from
 from agent.state_store import StateStore
 from gpuhealth.core.clock import Clock, RealClock
 from gpuhealth.core.plan_memory import RemediationMemory
-from remediation.aggregator_client import AggregatorClient, AggregatorError, tls_context
+from remediation.aggregator_client import AggregatorClient, AggregatorError, NotFound, tls_context
 from remediation.executor import NodeExecutor
 from remediation.executor_problem import ExecutorProblemFindings
 
@@ -131,6 +132,9 @@ def build_agent(
             *_executor_problem_sources(chosen_executor),
         ),
         diagnostics=diagnostics_runner(settings, chosen_executor, chosen_clock, wake),
+        lost_state=None
+        if saved is not None
+        else LostState(node, _record_reader(link), clock=chosen_clock.now),
     )
     metrics = AgentMetrics(node)
     if link is not None:
@@ -246,6 +250,24 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
         token_set=bool(token),
     )
     return link, gate
+
+
+def _record_reader(link: AggregatorLink | None) -> Callable[[], AggregatorRecord | None] | None:
+    """Reads the aggregator's record of this node once, for a start without a state file; None (and a
+    warning) when the aggregator cannot say: the node's own marks then decide alone."""
+    if link is None:
+        return None
+
+    def read() -> AggregatorRecord | None:
+        try:
+            return record_from(link.client.node(link.node))
+        except NotFound:
+            return AggregatorRecord()  # the aggregator never heard of the node: nothing open there
+        except AggregatorError as exc:
+            log.warning("aggregator_record_unavailable", node=link.node, error=str(exc))
+            return None
+
+    return read
 
 
 def _without_userinfo(url: str) -> str:

@@ -201,15 +201,13 @@ def _register_fleet(app: FastAPI, ctx: _Context) -> None:
         announce_next(request, response, [page[-1].name] if len(page) == limit else None)
         return page
 
-    @app.get(
-        "/v1/nodes/{node}",
-        response_model=NodeDetail,
-        dependencies=reader,
-        responses=ERRORS | NOT_FOUND,
-        tags=["fleet"],
-    )
-    def get_node(node: NodePath) -> NodeDetail:
-        """One node: GPUs, findings, open incident, pending requests, permit, recent timeline."""
+    authenticated = ctx.access.authenticated()
+
+    @app.get("/v1/nodes/{node}", response_model=NodeDetail, responses=ERRORS | NOT_FOUND, tags=["fleet"])
+    def get_node(node: NodePath, caller: Caller = authenticated) -> NodeDetail:
+        """One node: GPUs, findings, open incident, pending requests, permit, recent timeline (a viewer, or
+        the node's own agent, which reads its record back when it lost its state file)."""
+        require_agent_or_role(caller.principal, node, Role.VIEWER, "read node records")
         with ctx.db.read() as conn:
             detail = queries.node_detail(conn, node, ctx.now())
         if detail is None:

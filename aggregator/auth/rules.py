@@ -1,7 +1,7 @@
 """Authorization rules: what each kind of caller may do. Every refusal is one line naming the rule.
 
 - An agent acts for its own node only: reports, permits (request, renew, release), reading and
-  acknowledging that node's requests. Nothing else.
+  acknowledging that node's requests, reading that node's record. Nothing else.
 - People (and automation) by role: viewer reads; operator also quarantines, releases, runs diagnostics,
   silences and retries alerts; admin also resets the breaker and forgets nodes.
 - The compatibility identities (shared token, loopback demo) may also act as any node's agent.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aggregator.auth.principal import Principal, Role
 
-AGENT_SCOPE = "agents may only report, use permits and read or acknowledge their own node's requests"
+AGENT_SCOPE = "agents may only report, use permits and read their own node and its requests"
 
 
 class Forbidden(Exception):

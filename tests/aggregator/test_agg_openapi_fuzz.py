@@ -1,5 +1,8 @@
 """Schemathesis over the aggregator's OpenAPI document: no generated request gets a 5xx answer, and every
-answer matches the documented schema. Bounded: at most 25 examples per operation, derandomized."""
+answer matches the documented schema. Bounded: at most 25 examples per operation, derandomized.
+
+Schemathesis generates values the schema allows (JSON has no NaN, and it sends no lone surrogates);
+``test_agg_openapi_poison.py`` puts those and the other poisons into every field of the same operations."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def _own_report(seq: int) -> Report:
     return Report.model_validate(report(AGENT_NODE, seq))
 
 
-AGENTS_ONLY = "agents may only report, use permits and read or acknowledge their own node's requests"
+AGENTS_ONLY = "agents may only report, use permits and read their own node and its requests"
 OTHER_REPORT = Report.model_validate(report(OTHER_NODE, 99))
 REFUSALS: list[tuple[str, str, Callable[[int], Call], str]] = [
     # (who, what, call given the other node's permit id, the rule the 403 names)
@@ -72,6 +72,8 @@ REFUSALS: list[tuple[str, str, Callable[[int], Call], str]] = [
      "agent {agent} may only release permits of its own node; permit {permit} is {other}'s"),
     ("agent", "read another node's requests", lambda _p: lambda c: c.pending_requests(OTHER_NODE),
      f"agent {AGENT_NODE} may only read requests for its own node, not {OTHER_NODE}"),
+    ("agent", "read another node", lambda _p: lambda c: c.node(OTHER_NODE),
+     f"agent {AGENT_NODE} may only read node records for its own node, not {OTHER_NODE}"),
     ("agent", "acknowledge another node's request", lambda _p: lambda c: c.acknowledge_request(OTHER_NODE, 1),
      f"agent {AGENT_NODE} may only acknowledge requests for its own node, not {OTHER_NODE}"),
     ("agent", "read the fleet", lambda _p: lambda c: c.summary(),
@@ -151,6 +153,7 @@ def test_what_each_identity_may_do_it_can(fleet: tuple[LiveAggregator, int], ide
     with client_as(live, identities.agent) as agent:
         assert agent.report(_own_report(2)).accepted
         assert agent.pending_requests(AGENT_NODE) == []
+        assert agent.node(AGENT_NODE).name == AGENT_NODE  # its own record, read back after a lost state file
     with client_as(live, identities.other_agent) as other:
         assert other.renew_permit(permit_id).active
         pending = other.pending_requests(OTHER_NODE)

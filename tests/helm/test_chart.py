@@ -555,6 +555,7 @@ def node(name: str = "gpu-node-1", **changes: Any) -> Manifest:
     }
     for dotted, value in changes.items():
         section, key = dotted.split("__")
+        key = {"gpuhealth_release": "gpuhealth.io/manual-release"}.get(key, key)
         target = base["metadata"][section] if section in {"labels", "annotations"} else base[section]
         target[key] = value
     return base
@@ -650,6 +651,85 @@ def test_agent_may_not_touch_what_it_does_not_own_on_its_node(
     result = policies["nodes"].review(admission_request("UPDATE"), after, node())
     assert not result.allowed
     assert any(denial in message for message in result.denials)
+
+
+def with_status(name: str = "gpu-node-1", **fields: Any) -> Manifest:
+    """The node with what the kubelet reports (resources, addresses) and ``fields`` put over its status."""
+    after = node(name)
+    after["status"].update(
+        {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "190"},
+            "capacity": {"nvidia.com/gpu": "8", "cpu": "192"},
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
+        }
+    )
+    after["status"].update(fields)
+    return after
+
+
+def with_metadata(**fields: Any) -> Manifest:
+    """The node with ``fields`` put over its metadata."""
+    after = node()
+    after["metadata"].update(fields)
+    return after
+
+
+@pytest.mark.parametrize(
+    ("after", "before", "denial"),
+    [
+        (with_status(allocatable={"nvidia.com/gpu": "0"}), with_status(), "allocatable or capacity"),
+        (with_status(capacity={"nvidia.com/gpu": "1000"}), with_status(), "allocatable or capacity"),
+        (with_status(addresses=[]), with_status(), "addresses"),
+        (
+            with_metadata(
+                ownerReferences=[{"apiVersion": "v1", "kind": "Namespace", "name": "x", "uid": "u"}]
+            ),
+            node(),
+            "ownerReferences or finalizers",
+        ),
+        (with_metadata(finalizers=["example.com/keep"]), node(), "ownerReferences or finalizers"),
+        (node(annotations__gpuhealth_release="inc-1"), node(), "manual-release"),
+        (node(), node(annotations__gpuhealth_release="inc-1"), "manual-release"),
+        (
+            node(annotations__gpuhealth_release="inc-2"),
+            node(annotations__gpuhealth_release="inc-1"),
+            "manual-release",
+        ),
+    ],
+    ids=[
+        "allocatable",
+        "capacity",
+        "addresses",
+        "owner-references",
+        "finalizers",
+        "release-added",
+        "release-removed",
+        "release-changed",
+    ],
+)
+def test_agent_may_not_touch_what_the_kubelet_and_humans_own(
+    policies: dict[str, PolicyUnderTest], after: Manifest, before: Manifest, denial: str
+) -> None:
+    """Resources, addresses, ownership and a human's release stay as they were, on both the node and its
+    status (tests/realkube/test_least_privilege.py shows the same refusals from kube-apiserver)."""
+    for sub_resource in ("", "status"):
+        result = policies["nodes"].review(
+            admission_request("UPDATE", sub_resource=sub_resource), after, before
+        )
+        assert not result.allowed, sub_resource
+        assert any(denial in message for message in result.denials), result.denials
+
+
+def test_agent_may_mark_a_node_that_reports_resources_and_addresses(
+    policies: dict[str, PolicyUnderTest],
+) -> None:
+    """Unchanged resources and addresses (and a human's release left as it is) do not stand in the way."""
+    before = with_status()
+    before["metadata"]["annotations"]["gpuhealth.io/manual-release"] = "inc-1"
+    after = marked()
+    after["status"].update({k: v for k, v in before["status"].items() if k != "conditions"})
+    after["metadata"]["annotations"]["gpuhealth.io/manual-release"] = "inc-1"
+    assert policies["nodes"].review(admission_request("UPDATE"), after, before).allowed
 
 
 def test_agent_may_not_create_or_delete_nodes(policies: dict[str, PolicyUnderTest]) -> None:

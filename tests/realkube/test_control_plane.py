@@ -39,6 +39,14 @@ def test_the_api_server_is_kubernetes_1_37_with_node_and_rbac_authorization(clus
         kubelet.close()
 
 
+def test_validating_admission_policies_are_served_at_v1(cluster: Cluster) -> None:
+    """admissionregistration.k8s.io/v1 serves ValidatingAdmissionPolicy and its binding (GA since 1.30, no
+    feature gate or runtime-config needed; the fixture enables the admission plugin)."""
+    resources = client.AdmissionregistrationV1Api(cluster.admin).get_api_resources().resources
+    names = {resource.name for resource in resources}
+    assert {"validatingadmissionpolicies", "validatingadmissionpolicybindings"} <= names
+
+
 def test_nodes_are_registered_ready_with_gpus_and_a_lease(cluster: Cluster) -> None:
     """Each fake kubelet registered its node (Ready, 8 nvidia.com/gpu) and its Lease in kube-node-lease."""
     for name in cluster.node_names:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -359,3 +360,126 @@ def test_an_operators_own_policy_denying_with_422_holds_the_agent_too(
     errors = [entry for entry in logs if entry["log_level"] == "error"]
     assert [(e["event"], e["cause"]) for e in errors] == [("kubernetes_forbidden", "admission")]
     assert errors[0]["problem"].endswith("node frozen by the operators")
+
+
+def test_the_agent_may_not_change_what_the_kubelet_and_humans_own_on_its_node(
+    agent: Agent, cluster: Cluster
+) -> None:
+    """Node A, the agent's token: allocatable, capacity and addresses (status), ownerReferences and
+    finalizers (metadata), and the human-release annotation, whether added or changed: each is refused by
+    the policy with its own message, and the node stays as it was."""
+    node = agent.node
+    before = cluster.node(node)
+    gpus = {"nvidia.com/gpu": "0"}
+    owner = {"apiVersion": "v1", "kind": "Namespace", "name": NAMESPACE, "uid": before["metadata"]["uid"]}
+    release = {"metadata": {"annotations": {"gpuhealth.io/manual-release": "inc-anything"}}}
+    cases: dict[str, tuple[Callable[[], object], str]] = {
+        "allocatable": (
+            lambda: agent.core.patch_node_status(node, {"status": {"allocatable": gpus}}),
+            "the gpuhealth agent may not change its node's allocatable or capacity",
+        ),
+        "capacity": (
+            lambda: agent.core.patch_node_status(node, {"status": {"capacity": gpus}}),
+            "the gpuhealth agent may not change its node's allocatable or capacity",
+        ),
+        "addresses": (
+            lambda: agent.core.patch_node_status(
+                node, {"status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}]}}
+            ),
+            "the gpuhealth agent may not change its node's addresses",
+        ),
+        "ownerReferences": (
+            lambda: agent.core.patch_node(node, {"metadata": {"ownerReferences": [owner]}}),
+            "the gpuhealth agent may not change its node's ownerReferences or finalizers",
+        ),
+        "finalizers": (
+            lambda: agent.core.patch_node(node, {"metadata": {"finalizers": ["example.com/keep"]}}),
+            "the gpuhealth agent may not change its node's ownerReferences or finalizers",
+        ),
+        "manual-release": (
+            lambda: agent.core.patch_node(node, release),
+            "the gpuhealth agent may not write gpuhealth.io/manual-release, which only a human sets",
+        ),
+    }
+    for what, (write, expected) in cases.items():
+        status, message = refusal(write)
+        assert status == 403, (what, status, message)
+        assert message.endswith(expected), (what, message)
+    after = cluster.node(node)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert (
+        after["status"]["allocatable"]["nvidia.com/gpu"] == before["status"]["allocatable"]["nvidia.com/gpu"]
+    )
+
+
+def test_the_agent_may_not_change_or_lift_a_humans_release(
+    agent: Agent, cluster: Cluster, human: client.CoreV1Api
+) -> None:
+    """A human released node A (gpuhealth.io/manual-release): the agent can neither rewrite that value nor
+    remove it, while its own annotations still go through beside it."""
+    node = agent.node
+    human.patch_node(node, {"metadata": {"annotations": {"gpuhealth.io/manual-release": "inc-1"}}})
+    expected = "the gpuhealth agent may not write gpuhealth.io/manual-release, which only a human sets"
+    for value in ("inc-2", None):
+        patch = {"metadata": {"annotations": {"gpuhealth.io/manual-release": value}}}
+        status, message = refusal(partial(agent.core.patch_node, node, patch))
+        assert (status, message.endswith(expected)) == (403, True), (value, message)
+    agent.core.patch_node(node, {"metadata": {"annotations": {"gpuhealth.io/incident": "inc-1"}}})
+    annotations = cluster.node(node)["metadata"]["annotations"]
+    assert annotations["gpuhealth.io/manual-release"] == "inc-1"
+    assert annotations["gpuhealth.io/incident"] == "inc-1"
+
+
+def test_what_the_agent_owns_on_its_node_still_goes_through(agent: Agent, cluster: Cluster) -> None:
+    """The same token, one write of each kind the agent makes: condition, label, taint, cordon and its
+    annotations are admitted (so the rules above refuse only what they name), and undone again."""
+    node = agent.node
+    taint = {"key": "gpuhealth.io/unhealthy", "value": "reboot", "effect": "NoSchedule"}
+    condition = {"type": "GPUHealthy", "status": "False", "reason": "XID_79", "message": "x"}
+    others = cluster.node(node)["spec"].get("taints") or []
+    agent.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+    agent.core.patch_node(
+        node,
+        {
+            "metadata": {
+                "labels": {"gpuhealth.io/state": "unhealthy"},
+                "annotations": {"gpuhealth.io/incident": "inc-1", "gpuhealth.io/cordoned": "true"},
+            },
+            "spec": {"taints": [*others, taint], "unschedulable": True},
+        },
+    )
+    marked = cluster.node(node)
+    assert marked["metadata"]["labels"]["gpuhealth.io/state"] == "unhealthy"
+    assert marked["metadata"]["annotations"]["gpuhealth.io/incident"] == "inc-1"
+    assert taint in marked["spec"]["taints"] and marked["spec"]["unschedulable"] is True
+    assert any(c["type"] == "GPUHealthy" and c["status"] == "False" for c in marked["status"]["conditions"])
+    release_our_marks(agent, cluster, taint["key"])
+    released = cluster.node(node)
+    assert "gpuhealth.io/state" not in released["metadata"].get("labels", {})
+    assert taint["key"] not in {t["key"] for t in released["spec"].get("taints") or []}
+    assert not released["spec"].get("unschedulable")
+
+
+def release_our_marks(agent: Agent, cluster: Cluster, taint_key: str) -> None:
+    """Label, annotations, taint and cordon off again, as the agent does: the taint list is written whole
+    with the node's resourceVersion, so a taint the node lifecycle controller adds meanwhile (it taints a
+    cordoned node) makes the write conflict (409) instead of dropping that taint; then read and write again."""
+    for _ in range(10):
+        current = cluster.node(agent.node)
+        kept = [t for t in current["spec"].get("taints") or [] if t["key"] != taint_key]
+        patch = {
+            "metadata": {
+                "resourceVersion": current["metadata"]["resourceVersion"],
+                "labels": {"gpuhealth.io/state": None},
+                "annotations": {"gpuhealth.io/incident": None, "gpuhealth.io/cordoned": None},
+            },
+            "spec": {"taints": kept or None, "unschedulable": False},
+        }
+        try:
+            agent.core.patch_node(agent.node, patch)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            continue
+        return
+    pytest.fail("the node kept changing under the release")

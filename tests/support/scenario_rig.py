@@ -16,6 +16,7 @@ taint, cordon, Events) and :class:`NomadGpuNode` (the client node: dynamic metad
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -120,10 +121,13 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
         self._agent = agent
         return agent
 
-    def restart_agent(self) -> Agent:
-        """The agent process ends (pod or allocation restarted) and a new one starts on the same node."""
+    def restart_agent(self, meanwhile: Callable[[], object] | None = None) -> Agent:
+        """The agent process ends (pod or allocation restarted) and a new one starts on the same node;
+        ``meanwhile`` runs between the two (say, the node's state file is lost)."""
         self.agent.close()
         self._agent = None
+        if meanwhile is not None:
+            meanwhile()
         return self.agent
 
     def tick(self) -> TickResult:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 from live_aggregator import LiveAggregator
 from scenario_rig import NODE, KubeGpuNode
 from waiting import HANG_GUARD_S, wait_until
@@ -202,3 +203,39 @@ def test_a_permit_request_that_hangs_never_delays_the_taint(
     assert not worker.is_alive() and len(results) == 1
     assert not any(isinstance(step, Drain) for step in results[0].steps)
     assert any("no permit for drain" in note for note in results[0].notes)
+
+
+def test_a_lost_state_file_and_wiped_marks_continue_the_incident_the_aggregator_holds(
+    gpu_node: KubeGpuNode, human: client.CoreV1Api, oncall: AggregatorClient
+) -> None:
+    """XID 79 reported to the aggregator; then someone runs the uninstall's clean-up line on the node (taint,
+    label and incident annotation gone) and the agent restarts without its state file: the aggregator's open
+    incident is read back, so the same incident continues and the taint goes on again."""
+    gpu_node.tick()
+    gpu_node.xid(79)
+    incident = gpu_node.tick().health.incident
+    link(gpu_node).deliver()
+    assert incident is not None and oncall.node(NODE).incident is not None
+
+    def wiped() -> None:
+        (gpu_node.state_dir / "state.json").unlink()
+        human.patch_node(
+            NODE,
+            {
+                "metadata": {
+                    "labels": {"gpuhealth.io/state": None},
+                    "annotations": {"gpuhealth.io/incident": None},
+                },
+                "spec": {"taints": None},
+            },
+        )
+
+    gpu_node.restart_agent(meanwhile=wiped)
+    lost = gpu_node.agent.parts.lost_state
+    assert lost is not None and wait_until(lambda: lost.answered), "the aggregator was never asked"
+    resumed = gpu_node.tick().health.incident
+
+    assert resumed is not None and resumed.id == incident.id
+    assert resumed.started_at == incident.started_at
+    assert gpu_node.taint() == "reboot:NoSchedule" and gpu_node.label() == "unhealthy"
+    assert gpu_node.node()["metadata"]["annotations"]["gpuhealth.io/incident"] == incident.id
