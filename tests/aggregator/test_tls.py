@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import structlog
 from certificates import TlsFiles, write_tls_files
 from executor_defaults import PerfectNode
 from live_aggregator import LiveAggregator
@@ -177,8 +178,12 @@ def test_an_agent_ca_file_that_cannot_be_read_fails_at_start_naming_it(
 
 def _cli(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli_main([*args])
+    saved = structlog.get_config()  # main() configures logging for the process, as an entry point should
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli_main([*args])
+    finally:
+        structlog.configure(**saved)
     return code, out.getvalue(), err.getvalue()
 
 
