@@ -103,7 +103,7 @@ def test_the_real_client_reads_our_rule_back(
     finally:
         api_client.close()
 
-    assert [rule.spec.device_selector.device for rule in listed.items] == ["gpu-1"]
+    assert [rule.to_dict()["spec"]["device_selector"]["device"] for rule in listed.items] == ["gpu-1"]
     assert listed.items[0].spec.taint.effect == "NoExecute"
 
 
