@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import cel
+
 from tests.helm.conftest import AGENT_USER, Manifest, PolicyUnderTest, Render, admission_request, by_kind
 
 DEVICE_TAINTS = {"gpuQuarantine": {"deviceTaint": "instead"}}
