@@ -79,7 +79,8 @@ def expected_text(expectation: Expectation) -> str:  # noqa: PLR0911 - one line 
             return f"{expectation.target.describe()}: actions {' -> '.join(expectation.actions)} done"
         case WorkloadPodsExpectation():
             where = "the other nodes" if expectation.elsewhere else expectation.target.describe()
-            return f"{where}: {'at least' if expectation.at_least else 'exactly'} {expectation.count} workload pod(s)"
+            how = "at least" if expectation.at_least else "exactly"
+            return f"{where}: {how} {expectation.count} workload pod(s)"
 
 
 def look(expectation: Expectation, world: World) -> Look:  # noqa: PLR0911 - one line per kind

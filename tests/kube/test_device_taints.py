@@ -10,19 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dra_slices import RESOURCE_SLICES, gpu_slice
 from kubernetes import client
 
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.steps import RemoveDeviceTaints, SetDeviceTaints
 from remediation.kubernetes.device_taints import rule_name
 from remediation.kubernetes.executor import KubernetesExecutor
-from sim.kube.dra import publish_gpus
 from sim.kube.harness import KubeSim
 
 NODE = "gpu-node-0"
 OTHER_NODE = "gpu-node-1"
 UUIDS = [f"GPU-{index:08x}-0000-4000-8000-00000000000{index}" for index in range(8)]
 RULES = "devicetaintrules.resource.k8s.io"
+
+
+def publish_gpus(sim: KubeSim, node: str, uuids: list[str]) -> None:
+    """The DRA driver's kubelet plugin publishing the node's GPUs."""
+    sim.store.create(RESOURCE_SLICES, gpu_slice(node, uuids))
 
 
 def dra_executor(make_executor: Callable[..., KubernetesExecutor], node: str = NODE) -> KubernetesExecutor:
@@ -37,8 +42,8 @@ def test_facts_name_the_nodes_dra_gpus_and_no_taint_yet(
     sim: KubeSim, make_executor: Callable[..., KubernetesExecutor]
 ) -> None:
     """Only this node's slice counts: the other node's GPUs are not ours to taint."""
-    publish_gpus(sim.store, NODE, UUIDS)
-    publish_gpus(sim.store, OTHER_NODE, ["GPU-other"])
+    publish_gpus(sim, NODE, UUIDS)
+    publish_gpus(sim, OTHER_NODE, ["GPU-other"])
 
     facts = dra_executor(make_executor).facts()
 
@@ -59,7 +64,7 @@ def test_set_device_taints_writes_one_rule_selecting_the_device_and_is_idempoten
 ) -> None:
     """The rule selects driver, pool (the node) and device by name, with our key and the action as value;
     applying the same step again sends no write."""
-    publish_gpus(sim.store, NODE, UUIDS)
+    publish_gpus(sim, NODE, UUIDS)
     executor = dra_executor(make_executor)
     executor.facts()
     step = SetDeviceTaints(gpus=(UUIDS[3],), value="reset_gpu", effect="NoSchedule")
@@ -88,7 +93,7 @@ def test_the_real_client_reads_our_rule_back(
     sim: KubeSim, make_executor: Callable[..., KubernetesExecutor]
 ) -> None:
     """What we write is a valid DeviceTaintRule for the official client's resource.k8s.io/v1 models."""
-    publish_gpus(sim.store, NODE, UUIDS)
+    publish_gpus(sim, NODE, UUIDS)
     executor = dra_executor(make_executor)
     executor.facts()
     assert (
@@ -110,7 +115,7 @@ def test_the_real_client_reads_our_rule_back(
 def test_escalation_updates_the_rule_and_a_changed_set_deletes_the_old_one(
     sim: KubeSim, make_executor: Callable[..., KubernetesExecutor]
 ) -> None:
-    publish_gpus(sim.store, NODE, UUIDS)
+    publish_gpus(sim, NODE, UUIDS)
     executor = dra_executor(make_executor)
     executor.facts()
     executor.apply([SetDeviceTaints(gpus=(UUIDS[0], UUIDS[2]), value="reset_gpu")])
@@ -127,8 +132,8 @@ def test_remove_deletes_only_our_rules_of_this_node(
     sim: KubeSim, make_executor: Callable[..., KubernetesExecutor]
 ) -> None:
     """A human's rule on the same device, and our rule of another node, stay."""
-    publish_gpus(sim.store, NODE, UUIDS)
-    publish_gpus(sim.store, OTHER_NODE, ["GPU-other"])
+    publish_gpus(sim, NODE, UUIDS)
+    publish_gpus(sim, OTHER_NODE, ["GPU-other"])
     theirs = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
@@ -157,7 +162,7 @@ def test_a_rule_a_human_deleted_comes_back_on_the_next_set(
     sim: KubeSim, make_executor: Callable[..., KubernetesExecutor]
 ) -> None:
     """Writes read our rules fresh, so a deleted rule is created again rather than assumed present."""
-    publish_gpus(sim.store, NODE, UUIDS)
+    publish_gpus(sim, NODE, UUIDS)
     executor = dra_executor(make_executor)
     executor.facts()
     step = SetDeviceTaints(gpus=(UUIDS[5],), value="reset_gpu")
@@ -176,7 +181,7 @@ def test_inventory_is_read_again_only_after_the_resync_period(
     """Facts come from a cache: a slice published later is seen once ``resync_s`` has passed."""
     executor = make_executor(NODE, dra_driver="gpu.nvidia.com", resync_s=300.0)
     assert executor.facts().dra_gpus is None
-    publish_gpus(sim.store, NODE, UUIDS)
+    publish_gpus(sim, NODE, UUIDS)
     requests = executor.requests_total
 
     assert executor.facts().dra_gpus is None
@@ -190,7 +195,7 @@ def test_a_failed_write_falls_back_to_the_node_taint_until_the_next_read(
 ) -> None:
     """A write that keeps failing makes the inventory unknown (``dra_gpus`` None), so the planner puts the
     node taint on meanwhile; the next read after ``resync_s`` brings the devices back."""
-    publish_gpus(sim.store, NODE, UUIDS)
+    publish_gpus(sim, NODE, UUIDS)
     executor = dra_executor(make_executor)
     executor.facts()
     sim.faults.inject(verb="create", resource="devicetaintrules.resource.k8s.io", status=500, times=100)

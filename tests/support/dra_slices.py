@@ -6,8 +6,9 @@ https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sim.kube.protocols import KubeObject, ObjectStore
+KubeObject = dict[str, Any]
 
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 RESOURCE_SLICES = "resourceslices.resource.k8s.io"
@@ -38,8 +39,3 @@ def gpu_slice(node: str, uuids: Sequence[str], *, driver: str = NVIDIA_DRA_DRIVE
             "devices": devices,
         },
     }
-
-
-def publish_gpus(store: ObjectStore, node: str, uuids: Sequence[str]) -> KubeObject:
-    """Store ``node``'s GPU slice, as the driver's kubelet plugin does when it starts."""
-    return store.create(RESOURCE_SLICES, gpu_slice(node, uuids))
