@@ -25,20 +25,23 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuhealth.core.clock import Clock
-from gpuhealth.core.gpu_pods import DraKey
+from gpuhealth.core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError
 from remediation.background_drain import BackgroundDrain, DrainPhase, DrainUpdate
 from remediation.background_drain import DrainState as DrainStateBase
+from remediation.kubernetes.dra_claims import claims_gpu_pod_map
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy, JsonObject
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
 from remediation.kubernetes.partial_drain import KEPT_REASON, GpuPodReader, scope_for
 from remediation.kubernetes.requeue import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
 from remediation.kubernetes.requeue_api import Requeuer
+from remediation.kubernetes.rest import RestClient
 
 log = structlog.get_logger(__name__)
 
 REQUEUE_ATTEMPTS = 3  # the requeue is idempotent per incident; API errors are worth a couple more tries
 REQUEUE_RETRY_S = 2.0
+CLAIMS_TIMEOUT_S = 10.0  # each ResourceClaim read of a partial drain's second mapping source
 ACCEPTED_EVICTIONS = frozenset({PodOutcome.EVICTED, PodOutcome.TIMED_OUT})
 
 
@@ -100,6 +103,7 @@ class DrainRunner(BackgroundDrain[DrainState]):
         self._sleep = setup.sleep
         self._gpu_pods = setup.gpu_pods
         self._dra_devices = dra_devices
+        self._claims_rest = RestClient(api_client, request_timeout_s=CLAIMS_TIMEOUT_S)
         self._gpus: dict[str, tuple[str, ...]] = {}  # incident -> the GPUs its drain is limited to
 
     def start(self, incident_id: str, deadline_s: float, *, gpus: tuple[str, ...] = ()) -> str:
@@ -116,7 +120,7 @@ class DrainRunner(BackgroundDrain[DrainState]):
         """Drain, then requeue the evicted pods' jobs (every error, even a bug, ends as a failed drain)."""
         before = self._pods_by_uid()
         gpus = self._gpus.pop(incident_id, ())
-        scope = scope_for(gpus, self._gpu_pods, self._dra_devices() if gpus else {})
+        scope = scope_for(gpus, self._mapping_sources() if gpus else [])
         if scope.gpus:
             self._log.info("drain scope", incident_id=incident_id, scope=scope.describe())
         report = self._drainer.drain(
@@ -142,6 +146,25 @@ class DrainRunner(BackgroundDrain[DrainState]):
         ]
         if evicted and self._requeues:
             self._requeue(evicted, incident_id)
+
+    def _mapping_sources(self) -> list[Callable[[], GpuPodMap]]:
+        """Where a partial drain reads which pod holds which GPU, in order: the kubelet's PodResources on
+        the node, then (a DRA node only) the pods' ResourceClaims from the API server."""
+        dra = self._dra_devices()
+        sources: list[Callable[[], GpuPodMap]] = []
+        reader = self._gpu_pods
+        if reader is not None:
+            sources.append(lambda: reader(dra))
+        if dra:
+            sources.append(lambda: self._claims_map(dra))
+        return sources
+
+    def _claims_map(self, dra: Mapping[DraKey, str]) -> GpuPodMap:
+        try:
+            pods = self._drainer.api.list_node_pods(self.node)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise GpuPodMapError(f"the node's pods unreadable: {str(exc).splitlines()[0]}") from exc
+        return claims_gpu_pod_map(self._claims_rest, self.node, pods, dra)
 
     def _pods_by_uid(self) -> dict[str, JsonObject]:
         try:

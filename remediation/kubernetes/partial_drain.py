@@ -60,18 +60,19 @@ class DrainScope:
         return "whole-node drain"
 
 
-def scope_for(
-    gpus: Sequence[str], read: GpuPodReader | None, dra_devices: Mapping[DraKey, str]
-) -> DrainScope:
-    """The scope of a drain asked for ``gpus`` (empty: the whole node), reading the mapping once."""
+def scope_for(gpus: Sequence[str], sources: Sequence[Callable[[], GpuPodMap]]) -> DrainScope:
+    """The scope of a drain asked for ``gpus`` (empty: the whole node): the first source that reads the
+    mapping decides; when none does, the whole node, with every source's reason."""
     if not gpus:
         return DrainScope()
     wanted = tuple(gpus)
-    if read is None:
+    if not sources:
         return DrainScope(wanted, fallback="no GPU-to-pod mapping configured")
-    try:
-        pod_map = read(dra_devices)
-    except GpuPodMapError as error:
-        log.warning("gpu_pod_map_unreadable", error=str(error), gpus=list(wanted))
-        return DrainScope(wanted, fallback=f"GPU-to-pod mapping unreadable: {error}")
-    return DrainScope(wanted, pod_map=pod_map)
+    reasons: list[str] = []
+    for read in sources:
+        try:
+            return DrainScope(wanted, pod_map=read())
+        except GpuPodMapError as error:
+            log.warning("gpu_pod_map_unreadable", error=str(error), gpus=list(wanted))
+            reasons.append(str(error))
+    return DrainScope(wanted, fallback=f"GPU-to-pod mapping unreadable: {'; '.join(reasons)}")

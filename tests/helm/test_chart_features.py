@@ -500,4 +500,4 @@ def test_device_taints_grant_exactly_their_verbs_and_nothing_when_off(render: Re
         "resourceslices": ["list"],
     }
     partial_only = {"drain": {"enabled": True}, "gpuQuarantine": {"partialDrain": True}}
-    assert _dra_rules(render(partial_only)) == {"resourceslices": ["list"]}
+    assert _dra_rules(render(partial_only)) == {"resourceslices": ["list"], "resourceclaims": ["get"]}

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dra_slices import RESOURCE_SLICES, gpu_slice
 from waiting import HANG_GUARD_S
 
 from agent.backends.podresources import PodResourcesClient, gpu_pod_map
 from gpuhealth.core.clock import ManualClock
 from gpuhealth.core.gpu_pods import DraKey, GpuPodMap
 from gpuhealth.core.steps import Drain, SetTaint
+from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.drain_runner import DrainSetup
 from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.fleet import build_fleet
@@ -49,17 +51,23 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def sim(clock: ManualClock) -> Iterator[KubeSim]:
-    """Two 8-GPU nodes; eight one-GPU inference pods start on the first while the second is cordoned."""
+def empty_sim(clock: ManualClock) -> Iterator[KubeSim]:
+    """Two 8-GPU nodes and the controllers, nothing running yet."""
     with running_kube_sim(clock=clock, controllers=CONTROLLERS) as kube:
         build_fleet(kube.store, 2)
-        _node, other = _names(kube)
-        _set_unschedulable(kube, other, True)
-        kube.store.create("jobs.batch", _inference_job(8))
-        assert kube.settle(10)
-        _set_unschedulable(kube, other, False)
-        assert kube.settle(10)
         yield kube
+
+
+@pytest.fixture
+def sim(empty_sim: KubeSim) -> KubeSim:
+    """Eight one-GPU inference pods (device plugin) started on the first node while the second is cordoned."""
+    _node, other = _names(empty_sim)
+    _set_unschedulable(empty_sim, other, True)
+    empty_sim.store.create("jobs.batch", _inference_job(8))
+    assert empty_sim.settle(10)
+    _set_unschedulable(empty_sim, other, False)
+    assert empty_sim.settle(10)
+    return empty_sim
 
 
 @pytest.fixture
@@ -70,19 +78,29 @@ def kubelet(sim: KubeSim, tmp_path: Path) -> Iterator[PodResourcesServer]:
 
 
 @pytest.fixture
-def make_executor(sim: KubeSim, clock: ManualClock) -> Iterator[Callable[[str], KubernetesExecutor]]:
+def make_executor(empty_sim: KubeSim, clock: ManualClock) -> Iterator[Callable[..., KubernetesExecutor]]:
     """The executor of the first node, its drain reading PodResources at ``socket``."""
     built: list[KubernetesExecutor] = []
 
-    def build(socket: str) -> KubernetesExecutor:
+    def build(socket: str, *, dra: bool = False, force: bool = False) -> KubernetesExecutor:
         client = PodResourcesClient(socket, timeout_s=HANG_GUARD_S)
-        node = _names(sim)[0]
+        node = _names(empty_sim)[0]
 
         def read(dra: Mapping[DraKey, str]) -> GpuPodMap:
             return gpu_pod_map(node, client.list(), dra_devices=dra)
 
-        setup = DrainSetup(clock=clock, sleep=SettlingSleep(clock, sim), gpu_pods=read)
-        executor = KubernetesExecutor(sim.api_client(), node, watch=False, clock=clock.now, drain=setup)
+        policy = DrainPolicy(force=force)
+        setup = DrainSetup(
+            drain_policy=policy, clock=clock, sleep=SettlingSleep(clock, empty_sim), gpu_pods=read
+        )
+        executor = KubernetesExecutor(
+            empty_sim.api_client(),
+            node,
+            watch=False,
+            clock=clock.now,
+            drain=setup,
+            dra_driver="gpu.nvidia.com" if dra else None,
+        )
         executor._owns_client = True
         built.append(executor)
         return executor
@@ -93,7 +111,7 @@ def make_executor(sim: KubeSim, clock: ManualClock) -> Iterator[Callable[[str], 
 
 
 def test_only_the_pod_on_the_bad_gpu_moves_and_seven_keep_running(
-    sim: KubeSim, kubelet: PodResourcesServer, make_executor: Callable[[str], KubernetesExecutor]
+    sim: KubeSim, kubelet: PodResourcesServer, make_executor: Callable[..., KubernetesExecutor]
 ) -> None:
     """Runbook: one bad GPU of eight on an inference node -> node tainted, partial drain -> the pod on that
     GPU evicted and replaced on the other node; the seven others untouched (same uids, same node); the node
@@ -127,7 +145,7 @@ def test_only_the_pod_on_the_bad_gpu_moves_and_seven_keep_running(
 
 
 def test_an_unreadable_mapping_drains_the_whole_node(
-    sim: KubeSim, make_executor: Callable[[str], KubernetesExecutor], tmp_path: Path
+    sim: KubeSim, make_executor: Callable[..., KubernetesExecutor], tmp_path: Path
 ) -> None:
     """No PodResources socket: the drain cannot tell which pod holds the bad GPU, so it drains the whole
     node the usual way (cordon included) and says why."""
@@ -142,6 +160,73 @@ def test_an_unreadable_mapping_drains_the_whole_node(
     stored = sim.store.get("nodes", None, node)
     assert stored is not None and stored["spec"].get("unschedulable") is True
     assert any("GPU-to-pod mapping unreadable" in update.detail for update in executor.drain_updates())
+
+
+def test_without_the_socket_a_dra_node_reads_its_pods_resource_claims(
+    empty_sim: KubeSim, make_executor: Callable[..., KubernetesExecutor], tmp_path: Path
+) -> None:
+    """No PodResources socket, but the node's GPUs are DRA devices: the pods' ResourceClaims (allocated
+    device -> the slice's GPU UUID) say which pod holds the bad GPU; only that pod is evicted."""
+    node, _other = _names(empty_sim)
+    empty_sim.store.create(RESOURCE_SLICES, gpu_slice(node, UUIDS))
+    for index in range(3):
+        _claimed_pod(empty_sim, node, index)
+    executor = make_executor(str(tmp_path / "missing.sock"), dra=True, force=True)
+    assert executor.facts().dra_gpus == tuple(sorted(UUIDS))
+
+    executor.apply([SetTaint("reset_gpu"), Drain("inc-1", 300.0, gpus=(UUIDS[1],))])
+
+    assert executor.wait_for_drain(HANG_GUARD_S)
+    assert empty_sim.settle(10)
+    assert set(_pods_on(empty_sim, node)) == {"ml/llm-0", "ml/llm-2"}
+    assert any("(from dra-claims)" in update.detail for update in executor.drain_updates())
+
+
+def test_claims_cannot_place_device_plugin_gpus_so_the_whole_node_is_drained(
+    sim: KubeSim, make_executor: Callable[..., KubernetesExecutor], tmp_path: Path
+) -> None:
+    """A DRA node whose pods hold nvidia.com/gpu from the device plugin: no claim names those GPUs, so the
+    claims cannot say who holds the bad one; without the socket the drain is the whole node's."""
+    node, _other = _names(sim)
+    sim.store.create(RESOURCE_SLICES, gpu_slice(node, UUIDS))
+    executor = make_executor(str(tmp_path / "missing.sock"), dra=True)
+    executor.facts()
+
+    executor.apply([SetTaint("reset_gpu"), Drain("inc-1", 300.0, gpus=(BAD,))])
+
+    assert executor.wait_for_drain(HANG_GUARD_S)
+    assert any("holds a device-plugin GPU" in update.detail for update in executor.drain_updates())
+    stored = sim.store.get("nodes", None, node)
+    assert stored is not None and stored["spec"].get("unschedulable") is True
+
+
+def _claimed_pod(sim: KubeSim, node: str, index: int) -> None:
+    """A pod on ``node`` whose claim the scheduler allocated device ``gpu-<index>`` of the node's pool."""
+    if sim.store.get("namespaces", None, "ml") is None:
+        sim.store.create("namespaces", {"metadata": {"name": "ml"}})
+    claim = f"llm-{index}-gpu"
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{index}"}
+    sim.store.create(
+        "resourceclaims.resource.k8s.io",
+        {
+            "metadata": {"name": claim, "namespace": "ml"},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+            },
+            "status": {"allocation": {"devices": {"results": [result]}}},
+        },
+    )
+    pod = {
+        "metadata": {"name": f"llm-{index}", "namespace": "ml"},
+        "spec": {
+            "nodeName": node,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+            "containers": [{"name": "server", "image": "vllm", "resources": {"claims": [{"name": "gpu"}]}}],
+            "terminationGracePeriodSeconds": 5,
+        },
+    }
+    sim.store.create("pods", pod)
+    assert sim.settle(10)
 
 
 def _names(sim: KubeSim) -> list[str]:
