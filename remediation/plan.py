@@ -62,8 +62,8 @@ from gpuhealth.core.steps import (
     Step,
     Uncordon,
 )
-from remediation.gpu_scope import device_taint_gpus, node_taint_needed, partial_drain_gpus
-from remediation.recovery_plan import RecoveryRules, plan_recovery
+from remediation.gpu_scope import device_taint_gpus, node_taint_needed, partial_drain_gpus, single_gpu_fault
+from remediation.recovery_plan import RecoveryPlan, RecoveryRules, plan_recovery
 
 __all__ = [
     "PlanResult",
@@ -191,11 +191,29 @@ def plan(
     planner.annotate()
     planner.announce()
     planner.drain()
-    recovered = plan_recovery(health, facts, planner.memory, recovery, now)
+    recovered = _recovery(health, facts, planner.memory, recovery, now)
     memory = planner.memory.model_copy(update={"recovery": recovered.record})
     return PlanResult(
         steps=[*planner.steps, *recovered.steps], memory=memory, notes=[*planner.notes, *recovered.notes]
     )
+
+
+def _recovery(
+    health: NodeHealth,
+    facts: NodeFacts,
+    memory: RemediationMemory,
+    rules: RecoveryRules | None,
+    now: datetime | None,
+) -> RecoveryPlan:
+    """``plan_recovery``, except for an incident drained only on its GPUs that now needs the whole node (it
+    escalated to a reboot, or a node-level finding joined): its other GPUs' pods still run, so neither a
+    reset nor a reboot goes ahead; the node taint is on, and a human drains the node."""
+    incident = health.incident
+    if rules is not None and incident is not None and incident.id in memory.partially_drained:
+        if not single_gpu_fault(incident):
+            note = f"{incident.id} was drained only on its GPUs and now needs the whole node: no recovery"
+            return RecoveryPlan(record=memory.recovery, notes=[note])
+    return plan_recovery(health, facts, memory, rules, now)
 
 
 def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
@@ -400,6 +418,8 @@ class _Planner:
         self.steps.append(RequestPermit(purpose="drain", incident_id=incident.id))
         self.steps.append(Drain(incident_id=incident.id, deadline_s=self.policy.drain_deadline_s, gpus=gpus))
         self._remember(drained=remember(self.memory.drained, incident.id))
+        if gpus:
+            self._remember(partially_drained=remember(self.memory.partially_drained, incident.id))
 
     def _drain_excluded(self) -> set[str]:
         """Incidents already drained, by our memory or by what the executor says it started."""

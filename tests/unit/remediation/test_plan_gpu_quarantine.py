@@ -11,14 +11,17 @@ from gpuhealth.core.health import Incident, NodeHealth, NodeState
 from gpuhealth.core.steps import (
     Drain,
     NodeFacts,
+    Reboot,
     RemoveDeviceTaints,
     RemoveTaint,
     RequestPermit,
+    Reset,
     SetDeviceTaints,
     SetTaint,
     Step,
 )
 from remediation.plan import RemediationMemory, RemediationPolicy, facts_after, plan
+from remediation.recovery_plan import RecoveryRules
 
 STARTED = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 INCIDENT_ID = "inc-gpu-node-0-20261202T140000Z-ab12"
@@ -129,3 +132,30 @@ def test_a_node_wide_fault_drains_the_whole_node_even_with_partial_drain_on() ->
     steps = plan(health(action=Action.REBOOT), NodeFacts(), policy, RemediationMemory()).steps
 
     assert steps[-1] == Drain(incident_id=INCIDENT_ID, deadline_s=600.0)
+
+
+def test_an_incident_drained_only_on_its_gpus_gets_no_reboot_when_it_needs_the_whole_node() -> None:
+    """Partial drain, then the incident escalates to reboot: the pods on the other GPUs still run, so no
+    reset or reboot is planned (a human drains the node); the node taint is back on."""
+    policy = RemediationPolicy(drain=True, partial_drain=True)
+    rules = RecoveryRules(max_attempts=2, reboot=True)
+    first = plan(health(), NodeFacts(), policy, RemediationMemory(), recovery=rules)
+    drained = facts_after(NodeFacts(drain_finished_incident=INCIDENT_ID, boot_id="boot-1"), first.steps)
+
+    escalated = plan(health(action=Action.REBOOT), drained, policy, first.memory, recovery=rules)
+
+    assert INCIDENT_ID in first.memory.partially_drained
+    assert not [s for s in escalated.steps if isinstance(s, Reboot | Reset | Drain)]
+    assert SetTaint(value="reboot", effect="NoSchedule") in escalated.steps
+    assert any("drained only on its GPUs" in note for note in escalated.notes)
+
+
+def test_a_single_gpu_incident_after_its_partial_drain_goes_on_to_its_reset() -> None:
+    policy = RemediationPolicy(drain=True, partial_drain=True)
+    rules = RecoveryRules(max_attempts=2, reboot=True)
+    first = plan(health(), NodeFacts(), policy, RemediationMemory(), recovery=rules)
+    drained = facts_after(NodeFacts(drain_finished_incident=INCIDENT_ID, boot_id="boot-1"), first.steps)
+
+    after = plan(health(), drained, policy, first.memory, recovery=rules)
+
+    assert Reset(incident_id=INCIDENT_ID, gpus=("GPU-3",), attempt=1) in after.steps
