@@ -209,10 +209,12 @@ def _recovery(
     escalated to a reboot, or a node-level finding joined): its other GPUs' pods still run, so neither a
     reset nor a reboot goes ahead; the node taint is on, and a human drains the node."""
     incident = health.incident
-    if rules is not None and incident is not None and incident.id in memory.partially_drained:
-        if not single_gpu_fault(incident):
-            note = f"{incident.id} was drained only on its GPUs and now needs the whole node: no recovery"
-            return RecoveryPlan(record=memory.recovery, notes=[note])
+    outgrown = (
+        incident is not None and incident.id in memory.partially_drained and not single_gpu_fault(incident)
+    )
+    if rules is not None and incident is not None and outgrown:
+        note = f"{incident.id} was drained only on its GPUs and now needs the whole node: no recovery"
+        return RecoveryPlan(record=memory.recovery, notes=[note])
     return plan_recovery(health, facts, memory, rules, now)
 
 
