@@ -66,6 +66,8 @@ _STEP_ACTIONS: dict[str, str] = {
     "SetStateLabel": "label",
     "SetTaint": "taint",
     "RemoveTaint": "untaint",
+    "SetDeviceTaints": "device-taint",
+    "RemoveDeviceTaints": "device-untaint",
     "Cordon": "cordon",
     "Uncordon": "uncordon",
     "SetIncidentAnnotation": "annotate",

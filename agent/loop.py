@@ -35,7 +35,16 @@ from gpuhealth.core.clock import Clock, RealClock
 from gpuhealth.core.findings import Finding, Verdict
 from gpuhealth.core.health import NodeHealth
 from gpuhealth.core.snapshot import NodeSnapshot
-from gpuhealth.core.steps import ApplyReport, Drain, EmitEvent, Requeue, SetTaint, Step, StepResult
+from gpuhealth.core.steps import (
+    ApplyReport,
+    Drain,
+    EmitEvent,
+    Requeue,
+    SetDeviceTaints,
+    SetTaint,
+    Step,
+    StepResult,
+)
 from remediation.executor import NodeExecutor
 from remediation.plan import PlanResult, RemediationMemory, RemediationPolicy, plan
 from remediation.recovery_plan import RecoveryRules
@@ -295,7 +304,7 @@ class Agent:
         incident = result.health.incident
         if incident is None or incident.id == self._tainted_incident or self.dry_run:
             return
-        if any(isinstance(r.step, SetTaint) and r.ok for r in result.report.results):
+        if any(isinstance(r.step, SetTaint | SetDeviceTaints) and r.ok for r in result.report.results):
             self._tainted_incident = incident.id
             self.metrics.record_taint((self.clock.now() - incident.started_at).total_seconds())
 

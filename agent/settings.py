@@ -69,6 +69,16 @@ class KubernetesSettings(_Section):
         ge=0,
         description="After a 403 (RBAC or admission policy), seconds before the executor writes again.",
     )
+    dra_driver: str = Field(
+        default="gpu.nvidia.com",
+        min_length=1,
+        description="DRA driver whose ResourceSlices list this node's GPUs (gpu_quarantine, partial drain).",
+    )
+    pod_resources_socket: str = Field(
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        min_length=1,
+        description="The kubelet's PodResources socket: which pod holds which GPU (policy.partial_drain).",
+    )
 
 
 class KernelLogSettings(_Section):

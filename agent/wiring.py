@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -46,6 +46,7 @@ from agent.state_machine import HealthStateMachine
 from agent.state_recovery import AggregatorRecord, LostState, record_from
 from agent.state_store import StateStore
 from gpuhealth.core.clock import Clock, RealClock
+from gpuhealth.core.gpu_pods import DraKey, GpuPodMap
 from gpuhealth.core.plan_memory import RemediationMemory
 from remediation.aggregator_client import AggregatorClient, AggregatorError, NotFound, tls_context
 from remediation.executor import NodeExecutor
@@ -301,6 +302,7 @@ def _executor(settings: AgentSettings, api_client: ApiClient | None, clock: Cloc
         "forbidden_hold_s": settings.kubernetes.forbidden_hold_s,
         "clock": clock.now,
         "drain": drain_setup(settings, clock),
+        "dra_driver": settings.kubernetes.dra_driver if _reads_dra(settings) else None,
     }
     if api_client is not None:
         return KubernetesExecutor(api_client, settings.node_name, **options)
@@ -341,7 +343,31 @@ def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:
         return None
     from remediation.kubernetes.drain_runner import DrainSetup
 
-    return DrainSetup(drain_policy=settings.drain, requeue_policy=settings.requeue, clock=clock)
+    return DrainSetup(
+        drain_policy=settings.drain,
+        requeue_policy=settings.requeue,
+        clock=clock,
+        gpu_pods=_gpu_pod_reader(settings) if settings.policy.partial_drain else None,
+    )
+
+
+def _reads_dra(settings: AgentSettings) -> bool:
+    """Whether the executor reads the node's DRA GPUs: for device taints, and to place DRA-claimed GPUs
+    of a partial drain."""
+    policy = settings.policy
+    return policy.gpu_quarantine != "off" or (policy.drain and policy.partial_drain)
+
+
+def _gpu_pod_reader(settings: AgentSettings) -> Callable[[Mapping[DraKey, str]], GpuPodMap]:
+    """Reads the kubelet's PodResources on this node when a partial drain starts."""
+    from agent.backends.podresources import PodResourcesClient, gpu_pod_map
+
+    client = PodResourcesClient(settings.kubernetes.pod_resources_socket)
+
+    def read(dra_devices: Mapping[DraKey, str]) -> GpuPodMap:
+        return gpu_pod_map(settings.node_name, client.list(), dra_devices=dra_devices)
+
+    return read
 
 
 def _follower_factory(settings: KernelLogSettings, fabric: FabricEvents | None) -> Any:

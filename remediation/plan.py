@@ -50,9 +50,11 @@ from gpuhealth.core.steps import (
     Drain,
     EmitEvent,
     NodeFacts,
+    RemoveDeviceTaints,
     RemoveTaint,
     RequestPermit,
     SetCondition,
+    SetDeviceTaints,
     SetIncidentAnnotation,
     SetStateLabel,
     SetTaint,
@@ -60,7 +62,8 @@ from gpuhealth.core.steps import (
     Step,
     Uncordon,
 )
-from remediation.recovery_plan import RecoveryRules, plan_recovery
+from remediation.gpu_scope import device_taint_gpus, node_taint_needed, partial_drain_gpus, single_gpu_fault
+from remediation.recovery_plan import RecoveryPlan, RecoveryRules, plan_recovery
 
 __all__ = [
     "PlanResult",
@@ -114,6 +117,23 @@ class RemediationPolicy(BaseModel):
     drain_deadline_s: float = Field(
         default=900.0, gt=0, description="The whole drain's deadline, in seconds (pods left then stay)."
     )
+    gpu_quarantine: Literal["off", "instead", "before"] = Field(
+        default="off",
+        description="Per-GPU quarantine through DRA DeviceTaintRules: instead of the node taint for a fault "
+        "of single GPUs, or before it (the node taint follows after node_taint_after_s); Kubernetes only.",
+    )
+    gpu_taint_effect: Literal["NoSchedule", "NoExecute"] = Field(
+        default="NoSchedule", description="Effect of our device taints; NoExecute also evicts the GPU's pods."
+    )
+    node_taint_after_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="gpu_quarantine before: seconds a single-GPU incident is open before the node taint too.",
+    )
+    partial_drain: bool = Field(
+        default=False,
+        description="A drain for a fault of single GPUs evicts only the pods bound to them (no cordon).",
+    )
 
 
 @dataclass(frozen=True)
@@ -162,19 +182,40 @@ def plan(
     """
     if not facts.exists:
         return PlanResult(steps=[], memory=memory, notes=["node not found: nothing to change"])
-    planner = _Planner(health, facts, policy, memory)
+    planner = _Planner(health, facts, policy, memory, now)
     planner.notice_humans()
+    planner.device_taints()
     planner.taint()
     planner.cordon()
     planner.mark()
     planner.annotate()
     planner.announce()
     planner.drain()
-    recovered = plan_recovery(health, facts, planner.memory, recovery, now)
+    recovered = _recovery(health, facts, planner.memory, recovery, now)
     memory = planner.memory.model_copy(update={"recovery": recovered.record})
     return PlanResult(
         steps=[*planner.steps, *recovered.steps], memory=memory, notes=[*planner.notes, *recovered.notes]
     )
+
+
+def _recovery(
+    health: NodeHealth,
+    facts: NodeFacts,
+    memory: RemediationMemory,
+    rules: RecoveryRules | None,
+    now: datetime | None,
+) -> RecoveryPlan:
+    """``plan_recovery``, except for an incident drained only on its GPUs that now needs the whole node (it
+    escalated to a reboot, or a node-level finding joined): its other GPUs' pods still run, so neither a
+    reset nor a reboot goes ahead; the node taint is on, and a human drains the node."""
+    incident = health.incident
+    outgrown = (
+        incident is not None and incident.id in memory.partially_drained and not single_gpu_fault(incident)
+    )
+    if rules is not None and incident is not None and outgrown:
+        note = f"{incident.id} was drained only on its GPUs and now needs the whole node: no recovery"
+        return RecoveryPlan(record=memory.recovery, notes=[note])
+    return plan_recovery(health, facts, memory, rules, now)
 
 
 def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
@@ -201,8 +242,17 @@ def facts_after(facts: NodeFacts, steps: Iterable[Step]) -> NodeFacts:
                 facts = replace(facts, unhealthy_gpus=uuids)
             case Drain(incident_id=incident_id):  # the cordon follows when the background drain runs
                 facts = replace(facts, drained_incident=incident_id)
-            case _:  # Events and permits leave the node object as it is
-                pass
+            case _:  # device taints leave the Node as it is; Events and permits leave everything as it is
+                facts = _device_taint_facts(facts, step)
+    return facts
+
+
+def _device_taint_facts(facts: NodeFacts, step: Step) -> NodeFacts:
+    if isinstance(step, RemoveDeviceTaints):
+        return replace(facts, device_taint_gpus=(), device_taint_value=None, device_taint_effect=None)
+    if isinstance(step, SetDeviceTaints):
+        gpus, value, effect = step.gpus, step.value, step.effect
+        return replace(facts, device_taint_gpus=gpus, device_taint_value=value, device_taint_effect=effect)
     return facts
 
 
@@ -210,8 +260,14 @@ class _Planner:
     """One planning pass; collects steps, notes and the updated memory."""
 
     def __init__(
-        self, health: NodeHealth, facts: NodeFacts, policy: RemediationPolicy, memory: RemediationMemory
+        self,
+        health: NodeHealth,
+        facts: NodeFacts,
+        policy: RemediationPolicy,
+        memory: RemediationMemory,
+        now: datetime | None,
     ) -> None:
+        self.now = now
         self.health = health
         self.incident = health.incident
         self.facts = facts
@@ -251,7 +307,11 @@ class _Planner:
             if self.facts.taint_value == TESTING_TAINT:  # a diagnostic's taint outlived its run
                 self.steps.append(RemoveTaint())
             return
-        if incident is None or self.memory.overridden(incident.id):
+        if (
+            incident is None
+            or self.memory.overridden(incident.id)
+            or not node_taint_needed(incident, self.facts, self.policy, self.now)
+        ):
             if self.facts.taint_value is not None:
                 self.steps.append(RemoveTaint())
             return
@@ -261,6 +321,29 @@ class _Planner:
         if self.facts.taint_value is None and self.memory.active_incident == incident.id:
             self.notes.append(f"our taint is gone while {incident.id} is open: adding it back")
         self.steps.append(SetTaint(value=wanted[0], effect=wanted[1]))
+
+    def device_taints(self) -> None:
+        """Our DeviceTaintRules select the incident's GPUs that are DRA devices (policy.gpu_quarantine), and
+        go with the incident or a human's release; first in the plan, so the GPU is out before the node."""
+        incident = self.incident
+        if self.facts.dra_gpus is None:
+            if self.facts.device_taint_gpus and (incident is None or self.memory.overridden(incident.id)):
+                self.steps.append(RemoveDeviceTaints())  # ours, left from when the GPUs were DRA devices
+            return
+        released = incident is None or self.memory.overridden(incident.id)
+        wanted = () if incident is None or released else device_taint_gpus(incident, self.facts, self.policy)
+        if not wanted or incident is None:
+            if self.facts.device_taint_gpus:
+                self.steps.append(RemoveDeviceTaints())
+            return
+        step = SetDeviceTaints(gpus=wanted, value=incident.action.value, effect=self.policy.gpu_taint_effect)
+        facts = self.facts
+        if (facts.device_taint_gpus, facts.device_taint_value, facts.device_taint_effect) != (
+            step.gpus,
+            step.value,
+            step.effect,
+        ):
+            self.steps.append(step)
 
     def _taint_for_diagnostic(self) -> None:
         """A deep diagnostic stresses every GPU, so no pod may land meanwhile, whatever ``policy.taint``
@@ -333,9 +416,12 @@ class _Planner:
         if self.memory.overridden(incident.id) or self.memory.uncordoned_by_human(incident.id):
             self.notes.append(f"a human overrode {incident.id}: not draining the node")
             return
+        gpus = partial_drain_gpus(incident, self.policy)
         self.steps.append(RequestPermit(purpose="drain", incident_id=incident.id))
-        self.steps.append(Drain(incident_id=incident.id, deadline_s=self.policy.drain_deadline_s))
+        self.steps.append(Drain(incident_id=incident.id, deadline_s=self.policy.drain_deadline_s, gpus=gpus))
         self._remember(drained=remember(self.memory.drained, incident.id))
+        if gpus:
+            self._remember(partially_drained=remember(self.memory.partially_drained, incident.id))
 
     def _drain_excluded(self) -> set[str]:
         """Incidents already drained, by our memory or by what the executor says it started."""

@@ -39,6 +39,9 @@ class RemediationMemory(BaseModel):
     drained: tuple[str, ...] = Field(
         default=(), description="Incidents whose drain was started: never drained twice."
     )
+    partially_drained: tuple[str, ...] = Field(
+        default=(), description="Incidents whose drain was limited to their GPUs (policy.partial_drain)."
+    )
     recovery: RecoveryRecord | None = Field(
         default=None, description="The latest incident's reset / reboot / validation (agent/recovery/)."
     )

@@ -40,6 +40,15 @@ class NodeFacts:
     drain_finished_incident: str | None = None
     boot_id: str | None = None  # None when the boot id cannot be read (then no reboot is ever requested)
     validation_running: str | None = None  # the incident whose validation runs in the background now
+    # Per-GPU quarantine (Kubernetes DRA, docs/gpu-quarantine.md): the UUIDs of this node's GPUs that the DRA
+    # driver publishes as devices, sorted; None when the executor offers no device taints (off, no DRA,
+    # Nomad, or the ResourceSlices unreadable), so the planner keeps to the node taint.
+    dra_gpus: tuple[str, ...] | None = None
+    # Our DeviceTaintRules on this node's devices: the GPUs they select (sorted), and their common taint
+    # value and effect (None when there is none, or when the rules disagree: the next SetDeviceTaints fixes).
+    device_taint_gpus: tuple[str, ...] = ()
+    device_taint_value: str | None = None
+    device_taint_effect: TaintEffect | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,22 @@ class SetIncidentAnnotation:
 
 
 @dataclass(frozen=True)
+class SetDeviceTaints:
+    """Make our DeviceTaintRules select exactly ``gpus`` (UUIDs of DRA devices of this node), each with
+    taint ``gpuhealth.io/unhealthy=<value>:<effect>``: missing rules are created, changed ones updated, ours
+    for other GPUs deleted. Never planned where ``NodeFacts.dra_gpus`` is None."""
+
+    gpus: tuple[str, ...]
+    value: str
+    effect: TaintEffect = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class RemoveDeviceTaints:
+    """Delete every DeviceTaintRule of ours on this node's devices; nobody else's."""
+
+
+@dataclass(frozen=True)
 class SetUnhealthyGpus:
     """Publish the UUIDs of the GPUs the open incident involves (empty: none); Nomad node metadata."""
 
@@ -119,6 +144,10 @@ class Drain:
 
     incident_id: str
     deadline_s: float
+    # A partial drain (policy.partial_drain): evict only the pods bound to these GPUs (UUIDs), without a
+    # cordon; empty drains the whole node. The executor falls back to the whole node when it cannot read
+    # which pods hold which GPU.
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,6 +207,8 @@ Step = (
     | Cordon
     | Uncordon
     | SetIncidentAnnotation
+    | SetDeviceTaints
+    | RemoveDeviceTaints
     | SetUnhealthyGpus
     | EmitEvent
     | RequestPermit

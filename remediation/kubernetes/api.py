@@ -42,6 +42,11 @@ class NodeApi:
         self._timeout = request_timeout_s
 
     @property
+    def rest(self) -> RestClient:
+        """The counted client, for the executor's other requests (device taints) to share the counts."""
+        return self._rest
+
+    @property
     def requests_total(self) -> int:
         """Every request sent (watches included)."""
         return self._rest.requests_total

@@ -2,7 +2,9 @@
 
 Steps: cordon (the executor's patch: ``spec.unschedulable`` and the ``gpuhealth.io/cordoned`` annotation);
 list the node's pods (``fieldSelector=spec.nodeName=NODE``); ask ``kept_pods`` (when given) which pods to
-leave on the node (their workload kind's requeue mode is ``off``); decide per pod (``drain_policy.decide``);
+leave on the node (their workload kind's requeue mode is ``off``), and the drain's own ``keep`` (a partial
+drain: the pods not bound to the faulty GPUs, ``remediation/kubernetes/partial_drain.py``, which also skips
+the cordon); decide per pod (``drain_policy.decide``);
 if the policy refuses any pod, evict nothing (kubectl's rule: a partial drain surprises more than none);
 otherwise evict through the Eviction API from a bounded thread pool, each pod when its mode says, and wait
 until each evicted pod is no longer on the node (gone, or replaced by a pod with a new UID).
@@ -116,6 +118,7 @@ class _Run:
     pods: list[_Pod] = field(default_factory=list)
     last_summary: float = 0.0
     last_observed: float | None = None
+    partial: bool = False
 
 
 class Drainer:
@@ -147,8 +150,19 @@ class Drainer:
             wall=lambda: clock.now().timestamp(),
         )
 
-    def drain(self, node: str, *, incident_id: str, deadline_s: float) -> DrainReport:
-        """Cordon ``node`` and evict its pods per the policy; returns when all are settled or time is up."""
+    def drain(
+        self,
+        node: str,
+        *,
+        incident_id: str,
+        deadline_s: float,
+        keep: KeptPods | None = None,
+        cordon: bool = True,
+    ) -> DrainReport:
+        """Cordon ``node`` and evict its pods per the policy; returns when all are settled or time is up.
+
+        ``keep`` names more pods to leave on the node for this drain only (a partial drain); ``cordon``
+        False leaves the node schedulable (the report is then ``partial``)."""
         if not node:
             raise DrainInputError("drain needs a node name")
         if deadline_s <= 0:
@@ -156,13 +170,20 @@ class Drainer:
         started = self._clock.monotonic()
         run = _Run(node, started, started + deadline_s, last_summary=started)
         bound = log.bind(node=node, incident_id=incident_id)
-        cordon = self._retry.call(lambda: self.api.patch_node(node, cordon_patch()), step="drain-cordon")
-        if not cordon.ok:
-            return self._report(run, incident_id, cordoned=False, error=_failed("cordon", cordon.failure))
+        run.partial = not cordon
+        if cordon:
+            cordoned = self._retry.call(
+                lambda: self.api.patch_node(node, cordon_patch()), step="drain-cordon"
+            )
+            if not cordoned.ok:
+                return self._report(
+                    run, incident_id, cordoned=False, error=_failed("cordon", cordoned.failure)
+                )
         listing = self._retry.call(lambda: self.api.list_node_pods(node), step="drain-list")
         if listing.value is None:
-            return self._report(run, incident_id, cordoned=True, error=_failed("list", listing.failure))
-        kept = self._kept_pods(listing.value) if self._kept_pods is not None else {}
+            return self._report(run, incident_id, cordoned=cordon, error=_failed("list", listing.failure))
+        kept = {**(keep(listing.value) if keep is not None else {})}
+        kept.update(self._kept_pods(listing.value) if self._kept_pods is not None else {})
         run.pods = [
             self._plan(pod, run, kept.get(str(pod["metadata"].get("uid", "")))) for pod in listing.value
         ]
@@ -173,7 +194,7 @@ class Drainer:
             self._refuse(run, refused, bound)
         else:
             self._evict_all(run, bound)
-        report = self._report(run, incident_id, cordoned=True)
+        report = self._report(run, incident_id, cordoned=cordon)
         bound.info("drain finished", complete=report.complete, seconds=report.seconds, **report.totals)
         return report
 
@@ -339,7 +360,13 @@ class Drainer:
         )
         seconds = round(self._clock.monotonic() - run.started, 3)
         return DrainReport(
-            node=run.node, incident_id=incident_id, cordoned=cordoned, seconds=seconds, pods=pods, error=error
+            node=run.node,
+            incident_id=incident_id,
+            cordoned=cordoned,
+            seconds=seconds,
+            pods=pods,
+            error=error,
+            partial=run.partial,
         )
 
 

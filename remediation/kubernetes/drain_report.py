@@ -52,11 +52,16 @@ class DrainReport(BaseModel):
     error: str | None = Field(
         default=None, description="Why the drain stopped early (cordon or list failed)."
     )
+    partial: bool = Field(
+        default=False,
+        description="Only the pods on the faulty GPUs were to go, and the node was not cordoned.",
+    )
 
     @property
     def complete(self) -> bool:
         """True when every pod that had to go is gone and nothing was refused."""
-        return self.error is None and self.cordoned and all(p.outcome in DONE_OUTCOMES for p in self.pods)
+        held = self.cordoned or self.partial
+        return self.error is None and held and all(p.outcome in DONE_OUTCOMES for p in self.pods)
 
     @property
     def totals(self) -> dict[str, int]:

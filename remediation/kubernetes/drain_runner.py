@@ -16,7 +16,7 @@ runner lists the node's pods once before the drain and keeps those the drain the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -25,18 +25,23 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuhealth.core.clock import Clock
+from gpuhealth.core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError
 from remediation.background_drain import BackgroundDrain, DrainPhase, DrainUpdate
 from remediation.background_drain import DrainState as DrainStateBase
+from remediation.kubernetes.dra_claims import claims_gpu_pod_map
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy, JsonObject
 from remediation.kubernetes.drain_report import DrainReport, PodOutcome, PodReport
+from remediation.kubernetes.partial_drain import KEPT_REASON, GpuPodReader, scope_for
 from remediation.kubernetes.requeue import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
 from remediation.kubernetes.requeue_api import Requeuer
+from remediation.kubernetes.rest import RestClient
 
 log = structlog.get_logger(__name__)
 
 REQUEUE_ATTEMPTS = 3  # the requeue is idempotent per incident; API errors are worth a couple more tries
 REQUEUE_RETRY_S = 2.0
+CLAIMS_TIMEOUT_S = 10.0  # each ResourceClaim read of a partial drain's second mapping source
 ACCEPTED_EVICTIONS = frozenset({PodOutcome.EVICTED, PodOutcome.TIMED_OUT})
 
 
@@ -54,6 +59,8 @@ class DrainSetup:
     clock: Clock | None = None  # None: real time
     sleep: Callable[[float], None] = time.sleep
     requeue_observe_timeout_s: float = 30.0
+    # Reads which pods hold which GPU, for a partial drain (``Drain.gpus``); None: every drain is whole-node.
+    gpu_pods: GpuPodReader | None = None
 
 
 @dataclass
@@ -67,7 +74,14 @@ class DrainState(DrainStateBase):
 class DrainRunner(BackgroundDrain[DrainState]):
     """Drains one node in the background, one incident at a time."""
 
-    def __init__(self, api_client: client.ApiClient, node: str, setup: DrainSetup, clock: Clock) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        node: str,
+        setup: DrainSetup,
+        clock: Clock,
+        dra_devices: Callable[[], Mapping[DraKey, str]] = dict,
+    ) -> None:
         super().__init__(log.bind(node=node), f"gpuhealth-drain:{node}")
         self.node = node
         self._requeuer = Requeuer(
@@ -87,6 +101,15 @@ class DrainRunner(BackgroundDrain[DrainState]):
         )
         self._requeues = setup.requeue_policy.restarts_anything
         self._sleep = setup.sleep
+        self._gpu_pods = setup.gpu_pods
+        self._dra_devices = dra_devices
+        self._claims_rest = RestClient(api_client, request_timeout_s=CLAIMS_TIMEOUT_S)
+        self._gpus: dict[str, tuple[str, ...]] = {}  # incident -> the GPUs its drain is limited to
+
+    def start(self, incident_id: str, deadline_s: float, *, gpus: tuple[str, ...] = ()) -> str:
+        """Start the drain of ``incident_id``; with ``gpus``, a partial drain of the pods on them."""
+        self._gpus[incident_id] = gpus
+        return super().start(incident_id, deadline_s)
 
     def _new_state(self, incident_id: str) -> DrainState:
         return DrainState(incident_id)
@@ -96,7 +119,17 @@ class DrainRunner(BackgroundDrain[DrainState]):
     def _drain_node(self, incident_id: str, deadline_s: float) -> None:
         """Drain, then requeue the evicted pods' jobs (every error, even a bug, ends as a failed drain)."""
         before = self._pods_by_uid()
-        report = self._drainer.drain(self.node, incident_id=incident_id, deadline_s=deadline_s)
+        gpus = self._gpus.pop(incident_id, ())
+        scope = scope_for(gpus, self._mapping_sources() if gpus else [])
+        if scope.gpus:
+            self._log.info("drain scope", incident_id=incident_id, scope=scope.describe())
+        report = self._drainer.drain(
+            self.node,
+            incident_id=incident_id,
+            deadline_s=deadline_s,
+            keep=scope.kept,
+            cordon=not scope.partial,
+        )
 
         def keep_report(state: DrainState) -> None:
             state.report = report
@@ -106,12 +139,32 @@ class DrainRunner(BackgroundDrain[DrainState]):
             self._finish(incident_id, DrainPhase.FAILED, report.error)
             return
         phase = DrainPhase.COMPLETE if report.complete else DrainPhase.INCOMPLETE
-        self._finish(incident_id, phase, drain_summary(report))
+        summary = drain_summary(report)
+        self._finish(incident_id, phase, f"{summary}; {scope.describe()}" if scope.gpus else summary)
         evicted = [
             before[pod.uid] for pod in report.pods if pod.outcome in ACCEPTED_EVICTIONS and pod.uid in before
         ]
         if evicted and self._requeues:
             self._requeue(evicted, incident_id)
+
+    def _mapping_sources(self) -> list[Callable[[], GpuPodMap]]:
+        """Where a partial drain reads which pod holds which GPU, in order: the kubelet's PodResources on
+        the node, then (a DRA node only) the pods' ResourceClaims from the API server."""
+        dra = self._dra_devices()
+        sources: list[Callable[[], GpuPodMap]] = []
+        reader = self._gpu_pods
+        if reader is not None:
+            sources.append(lambda: reader(dra))
+        if dra:
+            sources.append(lambda: self._claims_map(dra))
+        return sources
+
+    def _claims_map(self, dra: Mapping[DraKey, str]) -> GpuPodMap:
+        try:
+            pods = self._drainer.api.list_node_pods(self.node)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise GpuPodMapError(f"the node's pods unreadable: {str(exc).splitlines()[0]}") from exc
+        return claims_gpu_pod_map(self._claims_rest, self.node, pods, dra)
 
     def _pods_by_uid(self) -> dict[str, JsonObject]:
         try:
@@ -142,9 +195,13 @@ def drain_summary(report: DrainReport) -> str:
     totals = ", ".join(f"{outcome} {count}" for outcome, count in sorted(report.totals.items()))
     stuck = [f"{p.namespace}/{p.name} {p.outcome}: {p.reason}" for p in report.pods if not _gone(p.outcome)]
     kept = [f"{p.namespace}/{p.name} ({p.reason})" for p in report.pods if is_kept_by_requeue_mode(p)]
+    on_healthy_gpus = sum(
+        1 for p in report.pods if p.outcome is PodOutcome.SKIPPED and p.reason == KEPT_REASON
+    )
     verdict = "drain complete" if report.complete else "drain incomplete"
     tail = f"; left: {'; '.join(stuck)}" if stuck else ""
     tail += f"; kept: {'; '.join(kept)}" if kept else ""
+    tail += f"; {on_healthy_gpus} pods kept running (not on a faulty GPU)" if on_healthy_gpus else ""
     return f"{verdict} in {report.seconds:.1f} s ({totals or 'no pods'}){tail}"
 
 

@@ -29,14 +29,17 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpuhealth.core.clock import RealClock, utc_now
+from gpuhealth.core.gpu_pods import DraKey
 from gpuhealth.core.steps import (
     ApplyReport,
     Cordon,
     Drain,
     EmitEvent,
     NodeFacts,
+    RemoveDeviceTaints,
     RemoveTaint,
     SetCondition,
+    SetDeviceTaints,
     SetIncidentAnnotation,
     SetStateLabel,
     SetTaint,
@@ -48,6 +51,7 @@ from remediation.executor_common import ExecutorCommon
 from remediation.forbidden_hold import ForbiddenHold
 from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
+from remediation.kubernetes.device_taints import DeviceTaints
 from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState
 from remediation.kubernetes.errors import (
     KubeExecutorError,
@@ -92,6 +96,7 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         sleep: Callable[[float], None] = time.sleep,
         drain: DrainSetup | None = None,
         forbidden_hold_s: float = 300.0,
+        dra_driver: str | None = None,
     ) -> None:
         if not node_name:
             raise KubeExecutorError("the Kubernetes executor needs a node name (set NODE_NAME)")
@@ -111,9 +116,22 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         self._last_resync = clock()
         self._log = log.bind(node=node_name)
         self._watch: NodeWatch = NodeWatch(self._api)
+        # Per-GPU quarantine (policy.gpu_quarantine): None keeps to the node taint, as without DRA.
+        self._devices: DeviceTaints | None = (
+            DeviceTaints(
+                self._api.rest,
+                node_name,
+                clock=clock,
+                driver=dra_driver,
+                refresh_s=resync_s,
+                field_manager=field_manager,
+            )
+            if dra_driver
+            else None
+        )
         self._watching = watch
         self._drain: DrainRunner | None = (
-            DrainRunner(api_client, node_name, drain, drain.clock or RealClock())
+            DrainRunner(api_client, node_name, drain, drain.clock or RealClock(), self.dra_devices)
             if drain is not None
             else None
         )
@@ -128,7 +146,7 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         Before the node could ever be read (API server down since start), this is ``exists=False``: the
         planner then has nothing to act on, and the next tick tries again.
         """
-        return self._with_drain(self._observed_facts())
+        return self._with_devices(self._with_drain(self._observed_facts()))
 
     def _observed_facts(self) -> NodeFacts:
         if self._watching and self._watch.synced:
@@ -245,6 +263,8 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
             Uncordon: self._uncordon,
             EmitEvent: self._emit_event,
             Drain: self._start_drain,
+            SetDeviceTaints: self._set_device_taints,
+            RemoveDeviceTaints: self._remove_device_taints,
         }
         handler = handlers.get(type(step))  # RequestPermit: the agent loop asks the aggregator
         return None if handler is None else functools.partial(handler, step)
@@ -311,7 +331,30 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
 
     def _start_drain(self, step: Drain) -> str:
         assert self._drain is not None  # _apply_step answers for an executor without one
-        return self._drain.start(step.incident_id, step.deadline_s)
+        return self._drain.start(step.incident_id, step.deadline_s, gpus=step.gpus)
+
+    def _set_device_taints(self, step: SetDeviceTaints) -> str:
+        if self._devices is None:
+            return "per-GPU quarantine is off: nothing to taint"
+        with _refusal_named("create/patch/delete", "devicetaintrules"):
+            return self._devices.set(step)
+
+    def _remove_device_taints(self, _step: RemoveDeviceTaints) -> str:
+        if self._devices is None:
+            return "per-GPU quarantine is off: nothing to remove"
+        with _refusal_named("delete", "devicetaintrules"):
+            return self._devices.remove()
+
+    def _with_devices(self, facts: NodeFacts) -> NodeFacts:
+        if self._devices is None or not facts.exists:
+            return facts
+        return dataclasses.replace(facts, **dataclasses.asdict(self._devices.facts()))
+
+    def dra_devices(self) -> dict[DraKey, str]:
+        """The node's DRA GPUs as last read: (driver, pool, device) -> UUID; empty when not known or off."""
+        if self._devices is None:
+            return {}
+        return {(d.driver, d.pool, d.device): uuid for uuid, d in self._devices.devices().items()}
 
     def _with_drain(self, facts: NodeFacts) -> NodeFacts:
         state = self.drain_state

@@ -13,3 +13,9 @@ CORDONED_ANNOTATION = "gpuhealth.io/cordoned"
 MANUAL_RELEASE_ANNOTATION = "gpuhealth.io/manual-release"
 # Kubelet records node Events in "default" (nodes are cluster-scoped; Events must live in a namespace).
 EVENT_NAMESPACE = "default"
+# Per-GPU quarantine (DRA DeviceTaintRules, remediation/kubernetes/device_taints.py): our rules carry both
+# labels (the node's name, or a hash of it when it is no valid label value) and the GPU's UUID.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gpuhealth"
+DEVICE_TAINT_NODE_LABEL = "gpuhealth.io/node"
+DEVICE_TAINT_GPU_ANNOTATION = "gpuhealth.io/gpu"

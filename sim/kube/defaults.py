@@ -158,6 +158,8 @@ _STRUCT_SPEC = frozenset(
         "poddisruptionbudgets.policy",
         "leases.coordination.k8s.io",
         "devicetaintrules.resource.k8s.io",
+        "resourceslices.resource.k8s.io",
+        "resourceclaims.resource.k8s.io",
     }
 )
 

@@ -203,6 +203,26 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
         tracks_generation=True,
         extra_versions=("v1beta2", "v1alpha3"),
     ),
+    # DRA: the drivers' ResourceSlices (v1 from 1.34) and the claims the scheduler allocates from them.
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "ResourceSlice",
+        "resourceslices",
+        False,
+        tracks_generation=True,
+        extra_versions=("v1beta2",),
+    ),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaim",
+        "resourceclaims",
+        True,
+        has_status=True,
+        tracks_generation=True,
+        extra_versions=("v1beta2",),
+    ),
 )
 
 

@@ -390,6 +390,13 @@ _RESOURCE_FIELDS: dict[str, dict[str, _FieldSpec]] = {
         "type": _FieldSpec(("type",)),
     },
     "secrets": {**_META_FIELDS, "type": _FieldSpec(("type",))},
+    # pkg/apis/resource: ResourceSlices select by node, driver and pool (cluster-scoped, no namespace).
+    "resourceslices.resource.k8s.io": {
+        "metadata.name": _META_FIELDS["metadata.name"],
+        "spec.nodeName": _FieldSpec(("spec", "nodeName")),
+        "spec.driver": _FieldSpec(("spec", "driver")),
+        "spec.pool.name": _FieldSpec(("spec", "pool", "name")),
+    },
     "replicationcontrollers": {**_META_FIELDS, "status.replicas": _FieldSpec(("status", "replicas"), "0")},
     "replicasets.apps": {**_META_FIELDS, "status.replicas": _FieldSpec(("status", "replicas"), "0")},
     "jobs.batch": {**_META_FIELDS, "status.successful": _FieldSpec(("status", "succeeded"), "0")},

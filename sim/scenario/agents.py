@@ -12,7 +12,7 @@ from agent.backends.fake_infiniband import FakeInfiniband
 from agent.backends.fake_nvml import FakeNvml
 from agent.backends.fake_structs import FakeEventData, FakeEventSet
 from agent.loop import Agent
-from agent.settings import AgentSettings, FabricSettings, HttpSettings
+from agent.settings import AgentSettings, FabricSettings, HttpSettings, KubernetesSettings
 from agent.state_machine import DebounceConfig
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.plan import RemediationPolicy
@@ -92,7 +92,11 @@ def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_fi
             clean_readings_to_recover=knobs.clean_readings_to_recover,
             min_dwell_s=knobs.min_dwell_s,
         ),
-        policy=RemediationPolicy(drain=knobs.drain, drain_deadline_s=knobs.drain_deadline_s),
+        policy=RemediationPolicy(
+            drain=knobs.drain, drain_deadline_s=knobs.drain_deadline_s, partial_drain=knobs.partial_drain
+        ),
+        # The node's emulated kubelet PodResources socket (served only for a partial drain).
+        kubernetes=KubernetesSettings(pod_resources_socket=str(state_root / name / "kubelet.sock")),
         drain=DEMO_DRAIN,
         recovery=recovery_settings(knobs),
         aggregator={

@@ -17,6 +17,7 @@ from sim.scenario.model import (
     PermitsRefusedExpectation,
     TaintExpectation,
     TimelineExpectation,
+    WorkloadPodsExpectation,
 )
 from sim.scenario.orchestrator import NodeView, Orchestrator
 from sim.scenario.receiver import AlertReceiver
@@ -76,6 +77,10 @@ def expected_text(expectation: Expectation) -> str:  # noqa: PLR0911 - one line 
             return f"at most {expectation.nodes} node(s) cordoned for a drain"
         case TimelineExpectation():
             return f"{expectation.target.describe()}: actions {' -> '.join(expectation.actions)} done"
+        case WorkloadPodsExpectation():
+            where = "the other nodes" if expectation.elsewhere else expectation.target.describe()
+            how = "at least" if expectation.at_least else "exactly"
+            return f"{where}: {how} {expectation.count} workload pod(s)"
 
 
 def look(expectation: Expectation, world: World) -> Look:  # noqa: PLR0911 - one line per kind
@@ -117,6 +122,8 @@ def look(expectation: Expectation, world: World) -> Look:  # noqa: PLR0911 - one
             return Look(len(cordoned) <= expectation.nodes, f"{len(cordoned)} cordoned ({shown or 'none'})")
         case TimelineExpectation():
             return _timeline(expectation, world)
+        case WorkloadPodsExpectation():
+            return _workload_pods(expectation, world)
 
 
 def look_safely(expectation: Expectation, world: World) -> Look:
@@ -165,6 +172,18 @@ def _job(expectation: JobRestartedExpectation, world: World) -> Look:
     holds = restarted and (on_healthy or not expectation.running_on_healthy)
     where = ", ".join(job.running_nodes) or "nowhere"
     return Look(holds, f"{job.restarts} restart(s); {len(job.running_nodes)} pod(s) Running on {where}")
+
+
+def _workload_pods(expectation: WorkloadPodsExpectation, world: World) -> Look:
+    names = world.targets.resolve(expectation.target, expectation)
+    if expectation.elsewhere:
+        others = [view for view in world.orchestrator.nodes() if view.name not in set(names)]
+        counts = {"elsewhere": sum(view.workload_pods for view in others)}
+    else:
+        counts = {name: world.orchestrator.node(name).workload_pods for name in names}
+    wanted = expectation.count
+    holds = all(n >= wanted if expectation.at_least else n == wanted for n in counts.values())
+    return Look(holds, ", ".join(f"{where}: {n} workload pod(s)" for where, n in counts.items()))
 
 
 def _permits_refused(expectation: PermitsRefusedExpectation, world: World) -> Look:

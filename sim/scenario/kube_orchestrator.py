@@ -7,10 +7,12 @@ would. What the agents did is read back from the emulator's store (the same obje
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
+from agent.backends.fake_nvml import FakeNvml
 from agent.backends.nvml import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
@@ -20,6 +22,7 @@ from remediation.kubernetes.names import CORDONED_ANNOTATION, STATE_LABEL, TAINT
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN
+from sim.kube.podresources import PodResourcesServer
 from sim.scenario.model import InferenceService, Role, TrainingJob, Workloads
 from sim.scenario.orchestrator import JobView, NodeView
 from sim.scenario.recovery import simulated_recovery
@@ -46,6 +49,7 @@ class KubernetesOrchestrator:
         self._gpus = 8
         self._gangs: list[frozenset[str]] = []  # the training job's pod UIDs, one set per gang seen running
         self._client: client.ApiClient | None = None
+        self._kubelets: list[PodResourcesServer] = []  # PodResources per node, for a partial drain
 
     @property
     def sim(self) -> KubeSim:
@@ -60,6 +64,9 @@ class KubernetesOrchestrator:
         return build_fleet(self._sim.store, nodes, gpus_per_node=gpus_per_node)
 
     def stop(self) -> None:
+        for kubelet in self._kubelets:
+            kubelet.stop()
+        self._kubelets.clear()
         if self._client is not None:
             shared: Any = self._client  # the client's close() carries no annotations
             shared.close()
@@ -69,6 +76,12 @@ class KubernetesOrchestrator:
             self._sim = None
 
     def build_agent(self, settings: AgentSettings, library: NvmlLibrary) -> Agent:
+        if settings.policy.partial_drain and isinstance(library, FakeNvml):
+            # The node's kubelet: which pod holds which of its fake GPUs, on the socket the agent reads.
+            socket = settings.kubernetes.pod_resources_socket
+            Path(socket).parent.mkdir(parents=True, exist_ok=True)
+            server = PodResourcesServer(self.sim.store, settings.node_name, library.gpu_uuids, socket)
+            self._kubelets.append(server.start())
         return build_agent(
             settings,
             library=library,

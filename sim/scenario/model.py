@@ -83,6 +83,11 @@ class AgentKnobs(_Strict):
     permit_retry_s: Duration = Field(default=2.0, description="Seconds before asking again for a permit.")
     drain: bool = Field(default=True, description="Drain (behind a permit) when a node leaves service.")
     drain_deadline_s: Duration = Field(default=30.0, description="Longest a drain may take.")
+    partial_drain: bool = Field(
+        default=False,
+        description="A drain for a fault of single GPUs evicts only the pods on them (each node's kubelet "
+        "PodResources service emulated on a unix socket); Kubernetes only.",
+    )
     recovery: bool = Field(
         default=False, description="After the drain, reset or reboot (simulated), validate and release."
     )
@@ -519,6 +524,17 @@ class MaxDrainedExpectation(_Expectation):
     nodes: int = Field(ge=0)
 
 
+class WorkloadPodsExpectation(_Expectation):
+    """Every targeted node runs ``count`` workload pods (``at_least``: that many or more); with ``elsewhere``,
+    the other nodes together do. A partial drain: the hit node keeps seven, one runs elsewhere."""
+
+    kind: Literal["workload_pods"] = "workload_pods"
+    target: Target
+    count: int = Field(ge=0, description="Workload pods bound and not terminating.")
+    at_least: bool = Field(default=False, description="That many or more, not exactly.")
+    elsewhere: bool = Field(default=False, description="Count on every node the target does not name.")
+
+
 class TimelineExpectation(_Expectation):
     """The aggregator's history of every targeted node holds each of ``actions`` with result ok, in this
     order (other actions may come between): e.g. drain, reset, validate for a recovered node."""
@@ -541,6 +557,7 @@ Expectation = Annotated[
     | PermitsRefusedExpectation
     | AlertExpectation
     | MaxDrainedExpectation
+    | WorkloadPodsExpectation
     | TimelineExpectation,
     Field(discriminator="kind"),
 ]

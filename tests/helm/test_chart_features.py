@@ -62,6 +62,11 @@ VARIATIONS: dict[str, dict[str, Any]] = {
     },
     "diagnostics-on": {"diagnostics": {"enabled": True, "config": {"level": 2, "every_s": 86400}}},
     "diagnostics-on-demand-only": {"diagnostics": {"enabled": True, "scheduled": False}},
+    "gpu-quarantine": {
+        "drain": {"enabled": True},
+        "aggregator": AGGREGATOR,
+        "gpuQuarantine": {"deviceTaint": "before", "effect": "NoExecute", "partialDrain": True},
+    },
     "everything": {
         "drain": {"enabled": True},
         "requeue": {"enabled": True, "trainjob": True, "kueue": True, "volcano": True},
@@ -375,6 +380,14 @@ def test_features_that_read_pods_share_one_rule_without_duplicates(
             {"diagnostics": {"enabled": True, "scheduled": False, "config": {"on_demand": False}}},
             "diagnostics.enabled with scheduled false and config.on_demand false",
         ),
+        (
+            {"gpuQuarantine": {"partialDrain": True}},
+            "gpuQuarantine.partialDrain needs drain.enabled",
+        ),
+        (
+            {"config": {"policy": {"gpu_quarantine": "instead"}}},
+            "config.policy.gpu_quarantine is instead but gpuQuarantine.deviceTaint is off",
+        ),
     ],
 )
 def test_contradicting_values_fail_the_render_with_one_line(
@@ -442,3 +455,49 @@ def test_pass_through_schemas_name_exactly_the_agents_fields(
     """Each `config` the chart passes through lists the agent's fields but the ones the chart sets, so a
     field added to the agent shows up here instead of failing only when the agent starts."""
     assert schema_properties(*path) == set(model.model_fields) - chart_owned
+
+
+# --- per-GPU quarantine and the partial drain -------------------------------------------------------------------
+
+
+def test_gpu_quarantine_values_reach_the_agents_policy_and_socket(
+    render: Render, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deviceTaint, effect, nodeTaintAfterSeconds and partialDrain are the agent's policy; the PodResources
+    directory is mounted read-only where the agent's setting points."""
+    objects = render(VARIATIONS["gpu-quarantine"])
+    settings, _ = agent_settings(objects, tmp_path, monkeypatch)
+    policy = settings.policy
+    assert (policy.gpu_quarantine, policy.gpu_taint_effect, policy.partial_drain) == (
+        "before",
+        "NoExecute",
+        True,
+    )
+    assert policy.node_taint_after_s == 3600
+    assert settings.kubernetes.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    mounts = {m["name"]: m for m in agent_container(objects)["volumeMounts"]}
+    assert mounts["pod-resources"] == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+
+
+def _dra_rules(objects: list[Manifest]) -> dict[str, list[str]]:
+    role = one(objects, "ClusterRole")
+    return {
+        resource: rule["verbs"]
+        for rule in role["rules"]
+        if "resource.k8s.io" in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def test_device_taints_grant_exactly_their_verbs_and_nothing_when_off(render: Render) -> None:
+    assert _dra_rules(render()) == {}
+    assert _dra_rules(render({"gpuQuarantine": {"deviceTaint": "instead"}})) == {
+        "devicetaintrules": ["list", "create", "patch", "delete"],
+        "resourceslices": ["list"],
+    }
+    partial_only = {"drain": {"enabled": True}, "gpuQuarantine": {"partialDrain": True}}
+    assert _dra_rules(render(partial_only)) == {"resourceslices": ["list"], "resourceclaims": ["get"]}

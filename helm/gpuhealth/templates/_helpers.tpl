@@ -69,6 +69,7 @@ app.kubernetes.io/part-of: gpuhealth
 {{- $_ := set $config "recovery" $recovery }}
 {{- end }}
 {{- include "gpuhealth.drainConfig" (list . $config) }}
+{{- include "gpuhealth.gpuQuarantineConfig" (list . $config) }}
 {{- include "gpuhealth.featureConfig" (list . $config) }}
 {{- toYaml $config }}
 {{- end }}
@@ -98,6 +99,35 @@ The requeue modes mirror the requeue grants: a kind the agent may patch is auto,
 {{- end }}
 {{- $_ := set $config "requeue" (merge $modes (deepCopy $rq.config)) }}
 {{- end }}
+{{- end }}
+
+{{/*
+Per-GPU quarantine and the partial drain (docs/gpu-quarantine.md), added to the config dict passed in: the
+agent's policy and where it reads the DRA driver's devices and the kubelet's PodResources socket.
+*/}}
+{{- define "gpuhealth.gpuQuarantineConfig" -}}
+{{- $root := index . 0 }}
+{{- $config := index . 1 }}
+{{- $q := $root.Values.gpuQuarantine }}
+{{- if or (ne $q.deviceTaint "off") $q.partialDrain }}
+{{- $policy := get $config "policy" | default dict }}
+{{- $_ := set $policy "gpu_quarantine" $q.deviceTaint }}
+{{- $_ = set $policy "gpu_taint_effect" $q.effect }}
+{{- $_ = set $policy "node_taint_after_s" $q.nodeTaintAfterSeconds }}
+{{- $_ = set $policy "partial_drain" $q.partialDrain }}
+{{- $_ = set $config "policy" $policy }}
+{{- $kube := get $config "kubernetes" | default dict }}
+{{- $_ = set $kube "dra_driver" $q.draDriver }}
+{{- if $q.partialDrain }}
+{{- $_ = set $kube "pod_resources_socket" (printf "%s/kubelet.sock" (trimSuffix "/" $q.podResourcesDir)) }}
+{{- end }}
+{{- $_ = set $config "kubernetes" $kube }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the agent reads the node's DRA devices: for device taints, or to place a partial drain's pods. */}}
+{{- define "gpuhealth.readsDra" -}}
+{{- if or (ne .Values.gpuQuarantine.deviceTaint "off") (and .Values.gpuQuarantine.partialDrain .Values.drain.enabled) }}true{{- end }}
 {{- end }}
 
 {{/*
@@ -159,6 +189,12 @@ without an aggregator is not among them: it is safe, the agent just never gets a
 {{- end }}
 {{- if and (hasKey $policy "drain_deadline_s") (ne (float64 $policy.drain_deadline_s) (float64 $v.drain.deadlineSeconds)) }}
 {{- fail (printf "config.policy.drain_deadline_s (%v) contradicts drain.deadlineSeconds (%v): set drain.deadlineSeconds only" $policy.drain_deadline_s $v.drain.deadlineSeconds) }}
+{{- end }}
+{{- if and (hasKey $policy "gpu_quarantine") (ne (toString $policy.gpu_quarantine) (toString $v.gpuQuarantine.deviceTaint)) }}
+{{- fail (printf "config.policy.gpu_quarantine is %v but gpuQuarantine.deviceTaint is %v: set gpuQuarantine.deviceTaint only (it also grants the device-taint RBAC)" $policy.gpu_quarantine $v.gpuQuarantine.deviceTaint) }}
+{{- end }}
+{{- if and (hasKey $policy "partial_drain") (ne (toString $policy.partial_drain) (toString $v.gpuQuarantine.partialDrain)) }}
+{{- fail (printf "config.policy.partial_drain is %v but gpuQuarantine.partialDrain is %v: set gpuQuarantine.partialDrain only (it also mounts the PodResources socket)" $policy.partial_drain $v.gpuQuarantine.partialDrain) }}
 {{- end }}
 {{- if not $v.requeue.enabled }}
 {{- range $kind := list "jobset" "trainjob" "pytorchjob" "volcano" "kueue" }}
