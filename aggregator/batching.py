@@ -23,7 +23,7 @@ from datetime import datetime
 
 import structlog
 
-from aggregator.ingest import ingest_report
+from aggregator.ingest import NodeBatch, ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import Database
 from gpuhealth.core.aggregator_api import Report, ReportAck
@@ -99,7 +99,11 @@ class ReportWriter:
     def _store(self, batch: list[_Pending]) -> None:
         try:
             with self._database.write() as conn:
-                acks = [ingest_report(conn, item.report, self._settings, self._now()) for item in batch]
+                nodes = NodeBatch(conn, [item.report.node for item in batch])
+                acks = [
+                    ingest_report(conn, item.report, self._settings, self._now(), nodes) for item in batch
+                ]
+                nodes.flush()
         except Exception as exc:  # noqa: BLE001 - whatever failed must reach the waiting request, not kill the thread
             if len(batch) == 1:
                 batch[0].loop.call_soon_threadsafe(_reject, batch[0].future, exc)
