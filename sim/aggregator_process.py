@@ -59,6 +59,11 @@ class AggregatorServer:
         self.app: Any = None  # the FastAPI app being served (its state holds the remediator)
         self._thread: threading.Thread | None = None
 
+    @property
+    def drains_centrally(self) -> bool:
+        """Whether its remediator drains the nodes (the agents then use ``drain_by: aggregator``)."""
+        return self._drain_for is not None
+
     def start(self) -> AggregatorServer:
         """Serve until :meth:`stop`; returns once the port accepts connections."""
         settings = load_settings(environ={}, **self._settings)

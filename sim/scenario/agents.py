@@ -80,7 +80,10 @@ def time_scale(fleet: Fleet) -> float:
     return max(scaled_knobs(fleet).interval_s / own, 1.0)
 
 
-def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_file: Path) -> AgentSettings:
+def agent_settings(
+    fleet: Fleet, name: str, state_root: Path, url: str, token_file: Path, *, central: bool = True
+) -> AgentSettings:
+    """One node's settings; ``central``: the aggregator's remediator drains (else the agent itself)."""
     knobs = scaled_knobs(fleet)
     return AgentSettings(
         node_name=name,
@@ -93,6 +96,7 @@ def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_fi
             min_dwell_s=knobs.min_dwell_s,
         ),
         policy=RemediationPolicy(drain=knobs.drain, drain_deadline_s=knobs.drain_deadline_s),
+        drain_by="aggregator" if central else "agent",
         drain=DEMO_DRAIN,
         recovery=recovery_settings(knobs),
         aggregator={

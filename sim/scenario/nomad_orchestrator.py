@@ -94,6 +94,10 @@ class NomadOrchestrator:
             recovery_actions=simulated_recovery(on_nomad, library),
         )
 
+    def central_drains(self) -> None:
+        """None: on Nomad the agents still drain their own node (docs/nomad.md, "Least privilege")."""
+        return
+
     # --- workloads -------------------------------------------------------------------------------------
 
     def start_workloads(self, workloads: Workloads, timeout_s: float) -> None:
