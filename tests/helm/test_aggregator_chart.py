@@ -217,7 +217,7 @@ def test_the_settings_keys_of_the_schema_are_the_aggregators_settings() -> None:
 
     schema = yaml.safe_load((CHART_DIR / "values.schema.json").read_text())
     allowed = set(schema["properties"]["aggregator"]["properties"]["settings"]["properties"])
-    chart_set = {"host", "port", "database_url", "token"}
+    chart_set = {"host", "port", "database_url", "token", "remediator"}  # remediator: from drain.*
     assert allowed == set(AggregatorSettings.model_fields) - chart_set
 
 
