@@ -120,9 +120,15 @@ class Remediator:
             drains.renew(conn, self.owner, list(self._running), self._settings.lease_s, now)
             claimed = drains.claim(conn, self.owner, self._settings.lease_s, now, limit=max(room, 0))
         fresh = [c for c in claimed if c.permit_id not in self._running]
+        started = 0
         for order in fresh:
-            self._begin(order, now)
-        return len(fresh)
+            try:
+                self._begin(order, now)
+            except Exception as exc:  # noqa: BLE001 - the orchestrator is down: the lease is ours, retry next pass
+                self._log.warning("central_drain_not_started", permit=order.permit_id, error=str(exc))
+                continue
+            started += 1
+        return started
 
     def _begin(self, order: drains.Claimed, now: datetime) -> None:
         drain = self._drain_for(order.node)
@@ -176,6 +182,15 @@ def build_remediator(
         return Remediator(db, section, drain_for, now)
     if section.orchestrator == "off":
         return None
+    if section.orchestrator == "nomad":  # python-nomad loads only in an aggregator that remediates on Nomad
+        from remediation.nomad.central import NomadCentralDrains
+        from remediation.nomad.drain import NomadDrainSetup
+
+        setup = NomadDrainSetup(
+            namespace=section.nomad.namespace, same_fault_window_s=section.requeue.same_fault_window_s
+        )
+        nomad = NomadCentralDrains(section.nomad, setup)
+        return Remediator(db, section, nomad.drain_for, now, closers=(nomad.close,))
     # The Kubernetes client loads only in an aggregator that remediates on Kubernetes.
     from remediation.kubernetes.central import central_drains
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.requeue import RequeuePolicy
+from remediation.nomad.settings import NomadSettings
 
 
 class RemediatorSettings(BaseModel):
@@ -22,11 +23,15 @@ class RemediatorSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    orchestrator: Literal["off", "kubernetes"] = Field(
+    orchestrator: Literal["off", "kubernetes", "nomad"] = Field(
         default="off", description="Drain and requeue centrally on this orchestrator; off: no remediator."
     )
     kubeconfig: Path | None = Field(
         default=None, description="Kubeconfig of the remediator's identity; unset: in-cluster ServiceAccount."
+    )
+    nomad: NomadSettings = Field(
+        default_factory=NomadSettings,
+        description="Nomad: a server's address and the remediator's own ACL token (token_file).",
     )
     name: str = Field(
         default="",
