@@ -24,13 +24,14 @@ import structlog
 from agent.permit_gate import PermitGate
 from gpuhealth.core.aggregator_api import CentralDrain as DrainRecord
 from gpuhealth.core.steps import ApplyReport, Drain, NodeFacts, Step, StepResult
-from remediation.aggregator_client import AggregatorClient, AggregatorError
+from remediation.aggregator_client import AggregatorClient, AggregatorError, NotFound
 from remediation.executor import NodeExecutor
 
 log = structlog.get_logger(__name__)
 
 RUNNING = "running"
 OPEN_PHASES = frozenset({"requested", RUNNING})
+UNREACHABLE_RETRY_S = 30.0  # after a failed read, the drain is read again this much later
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class CentralDrain:
         self._seen = 0  # news lines already handed to the loop
         self._news: list[CentralNews] = []
         self._next_read = float("-inf")
+        self._adopted = False  # the node's latest drain was looked up (or an order of ours came first)
+        self._node = node
         self._log = log.bind(node=node)
 
     @property
@@ -93,29 +96,49 @@ class CentralDrain:
         except AggregatorError as exc:
             return StepResult(step, ok=False, detail=f"drain order failed: {exc}")
         self._seen = 0
+        self._adopted = True
         self._take(answer, step.incident_id)
         self._log.info("central_drain_ordered", permit=permit.id, incident=step.incident_id)
         detail = f"drain ordered from the central remediator (permit {permit.id})"
         return StepResult(step, ok=True, detail=detail)
 
     def refresh(self) -> None:
-        """Read the drain back while it runs, at most every ``poll_s`` (a failure keeps the last answer)."""
+        """Read the drain back while it runs, at most every ``poll_s`` (a failure keeps the last answer).
+        Before the first order of this process, the node's latest drain is looked up once: an agent that
+        restarted while its drain ran (or after it ended) follows it on, and recovery goes on from it."""
         progress = self._progress
-        if self._client is None or progress is None or progress.phase != RUNNING:
+        if self._client is None or (progress is not None and progress.phase != RUNNING):
+            return
+        if progress is None and self._adopted:
             return
         now = self._monotonic()
         if now < self._next_read:
             return
         self._next_read = now + self._poll_s
         try:
-            answer = self._client.drain_of(progress.permit_id)
-        except AggregatorError as exc:
-            self._log.debug("central_drain_unread", permit=progress.permit_id, error=str(exc))
+            if progress is None:
+                self._adopt(self._client.latest_drain(self._node))
+            else:
+                self._take(self._client.drain_of(progress.permit_id), progress.incident_id)
+        except NotFound:
+            self._adopted = True  # no drain was ever ordered for this node
+        except AggregatorError as exc:  # unreachable: look again later, not on every pass
+            self._next_read = now + max(self._poll_s, UNREACHABLE_RETRY_S)
+            self._log.debug("central_drain_unread", error=str(exc))
+
+    def _adopt(self, answer: DrainRecord) -> None:
+        """Follow the drain a previous agent process ordered; its news before now were that one's to send."""
+        self._adopted = True
+        if self._progress is not None or answer.incident_id is None:
             return
-        self._take(answer, progress.incident_id)
+        self._seen = answer.news[-1].seq if answer.news else 0
+        self._take(answer, answer.incident_id)
+        self._log.info("central_drain_adopted", permit=answer.permit_id, incident=answer.incident_id)
 
     def updates(self) -> list[CentralNews]:
-        """The news lines read since the last call, each once."""
+        """The news since the last call, each once, after reading the drain back (the loop asks after it
+        acted, so a slow aggregator never delays the pass's taint)."""
+        self.refresh()
         taken, self._news = self._news, []
         return taken
 
@@ -150,8 +173,7 @@ class CentralDrainExecutor:
 
     def facts(self) -> NodeFacts:
         facts = self.wrapped.facts()
-        self.central.refresh()
-        state = self.central.state
+        state = self.central.state  # as read after the last pass acted (no network call before the taint)
         if state is None or not facts.exists:
             return facts
         return dataclasses.replace(facts, drained_incident=state.incident_id)

@@ -165,6 +165,7 @@ def create_app(
         _register_history,
         _register_permits,
         _register_drains,
+        _register_node_drain,
         _register_breaker,
     ):
         register(app, ctx)
@@ -565,6 +566,23 @@ def _register_drains(app: FastAPI, ctx: _Context) -> None:
             found = drains.get(conn, permit_id)
         if found is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no drain was ordered under permit {permit_id}")
+        return found
+
+
+def _register_node_drain(app: FastAPI, ctx: _Context) -> None:
+    """A node's latest central drain: how a restarted agent finds the drain it ordered before."""
+    authenticated = ctx.access.authenticated()
+
+    @app.get(
+        "/v1/nodes/{node}/drain", response_model=CentralDrain, responses=ERRORS | NOT_FOUND, tags=["agents"]
+    )
+    def latest_drain(node: NodePath, caller: Caller = authenticated) -> CentralDrain:
+        """The node's most recent central drain, with its news (its agent, or a viewer)."""
+        require_agent_or_role(caller.principal, node, Role.VIEWER, "read drains")
+        with ctx.db.read() as conn:
+            found = drains.latest_of(conn, node)
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no drain was ever ordered for node {node}")
         return found
 
 

@@ -124,10 +124,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "drain",
         "Draining 100 nodes x 20 pods at once",
         "One `Drainer` per node, all started together, against the emulated API in its own process "
-        "(Eviction API, bounded concurrency); then the same fleet shape drained with `kubectl drain "
+        "(Eviction API, bounded concurrency); then the central path (`central_*`: every node's permit "
+        "taken and drain ordered through the aggregator's API, the remediator beside it draining them all "
+        "with one client of its own); then the same fleet shape drained with `kubectl drain "
         "--ignore-daemonsets --delete-emptydir-data --force`, 10 at a time, for the ratio.",
         (
-            "Targets: >= 100 evictions/s and >= 20 nodes/s on a 2-core machine (issue: drain and requeue).",
+            "Targets: >= 100 evictions/s and >= 20 nodes/s on a 2-core machine (issue: drain and requeue), "
+            "for both paths.",
+            "On a shared machine the figures vary from run to run; docs/drain.md gives the median of "
+            "several runs.",
             "NVSentinel handles about 2.5 nodes/s, and its evictions trickle at about 5 pods/s "
             "(Reference figures below).",
         ),

@@ -202,6 +202,10 @@ class AggregatorClient:
         """Where the central drain of a permit stands; NotFound when none was ordered."""
         return self._call("GET", f"/v1/permits/{permit_id}/drain", CentralDrain, retry=True)
 
+    def latest_drain(self, node: str) -> CentralDrain:
+        """The node's most recent central drain; NotFound when none was ever ordered."""
+        return self._call("GET", f"/v1/nodes/{node}/drain", CentralDrain, retry=True)
+
     def pending_requests(self, node: str) -> list[NodeRequest]:
         """Quarantine / release requests for this node that its agent has not applied yet."""
         return self._call_list("GET", f"/v1/nodes/{node}/requests", NodeRequest)

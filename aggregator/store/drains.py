@@ -81,6 +81,14 @@ def get(conn: Connection, permit_id: int) -> CentralDrain | None:
     return _model(row) if row is not None else None
 
 
+def latest_of(conn: Connection, node: str) -> CentralDrain | None:
+    """The node's most recent drain order, or None."""
+    row = conn.execute(
+        select(drains).where(drains.c.node == node).order_by(drains.c.requested_at.desc()).limit(1)
+    ).first()
+    return _model(row) if row is not None else None
+
+
 def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit: int) -> list[Claimed]:
     """Take up to ``limit`` open drains that no other remediator holds (never held, held by ``owner``
     before a restart, or whose lease lapsed), each only while its permit is active for its node and

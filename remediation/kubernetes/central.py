@@ -19,6 +19,10 @@ from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup
 from remediation.kubernetes.errors import KubeExecutorError
 from remediation.kubernetes.requeue import RequeuePolicy
 
+POOL_CONNECTIONS = 64
+"""Connections the remediator's one client keeps: many nodes drain at once, each evicting several pods in
+parallel (the client's default, five per CPU, would open and drop connections all the time)."""
+
 
 class CentralDrains:
     """Builds the drain of any node; :meth:`close` closes the client when it made it."""
@@ -51,6 +55,7 @@ def central_drains(kubeconfig: Path | None, drain: DrainPolicy, requeue: Requeue
 
     Raises KubeExecutorError with one line when the configuration cannot be loaded."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = POOL_CONNECTIONS
     loader: Any = config  # the config helpers are untyped
     try:
         if kubeconfig is None:

@@ -97,6 +97,11 @@ class World:
             self.tick(node)
         return self.agents[node]
 
+    def restart(self, node: str) -> Agent:
+        """The node's agent process ends and a new one starts with the same state directory."""
+        self.agents.pop(node).close()
+        return self.agent(node)
+
     def tick(self, node: str, *, deliver: bool = True) -> TickResult:
         agent = self.agents[node]
         result = agent.tick()
@@ -288,6 +293,27 @@ def _take_and_crash(world: World) -> None:
     finally:
         engine.dispose()
     assert drains.OPEN_PHASES == ("requested", "running")
+
+
+def test_a_restarted_agent_follows_the_drain_its_previous_process_ordered(world: World) -> None:
+    """The agent restarts while the remediator drains its node: the new process orders nothing again (its
+    state file remembers the drain), finds the node's drain through the aggregator and sees it end, so
+    recovery can go on."""
+    labels = start_jobset(world)
+    bad = world.running(**labels)[0]["spec"]["nodeName"]
+    world.agent(bad)
+    handled = world.break_node(bad)
+    incident = handled.health.incident
+    assert incident is not None
+
+    world.restart(bad)
+    executor = world.central_executor(bad)
+    assert executor.wait_for_drain(HANG_GUARD_S), "the adopted drain did not end"
+    state = executor.drain_state
+    assert state is not None and state.incident_id == incident.id and state.phase == "complete"
+    assert "Drain" not in [kind for kind, _, _ in drain_results(world.tick(bad))]
+    with world.client() as oncall:
+        assert len(oncall.permits(active_only=False)) == 1  # one permit, one drain: never ordered twice
 
 
 def test_with_the_aggregator_down_the_agent_still_taints_and_cordons_its_node(world: World) -> None:
