@@ -193,3 +193,30 @@ def test_the_agents_token_may_not_stop_any_allocation(world: World, nomad: Nomad
     finally:
         api.close()
     assert allocation["ID"] in {a["ID"] for a in nomad.live_allocations("llm")}
+
+
+def test_with_the_aggregator_down_the_agent_still_quarantines_its_node(world: World, nomad: NomadSim) -> None:
+    """No aggregator: the agent still writes its node's metadata and makes it ineligible with its own
+    token; no drain is ordered (no permit) and the job keeps its allocations."""
+    bad = str(nomad.live_allocations("llm")[0]["NodeName"])
+    before = {a["ID"] for a in nomad.live_allocations("llm")}
+    world.agent(bad)
+    world.aggregator.stop()
+
+    agent = world.agents[bad]
+    feed = agent.parts.feed
+    assert feed is not None
+    feed.ensure_watching()
+    agent.wake.clear()
+    assert world.nvml[bad].inject_xid(0, 79)
+    assert agent.wake.wait(HANG_GUARD_S), "the XID did not wake the loop"
+    handled = agent.tick()
+
+    assert drain_results(handled) == []
+    assert any("no permit for drain" in note for note in handled.notes)
+    wait_until(
+        lambda: nomad.state.node(bad)["SchedulingEligibility"] == "ineligible",
+        message="the node made ineligible by its agent",
+    )
+    assert nomad.state.node(bad)["Meta"]["gpuhealth.state"] == "unhealthy"
+    assert {a["ID"] for a in nomad.live_allocations("llm")} == before
