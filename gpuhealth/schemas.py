@@ -21,7 +21,8 @@ from sim.scenario.model import Scenario
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 CHART_SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth" / "values.schema.json"
-CHART_SET = ("host", "port", "database_url", "token")  # the chart writes these itself
+# The chart writes these itself (remediator: from the drain and requeue values, drain.by aggregator).
+CHART_SET = ("host", "port", "database_url", "token", "remediator")
 _KEPT = (
     "type",
     "minimum",
@@ -82,8 +83,8 @@ def chart_settings_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "additionalProperties": False,
-        "description": "The aggregator's own settings (docs/configuration.md) but host, port, database_url "
-        "and token, which the chart sets.",
+        "description": "The aggregator's own settings (docs/configuration.md) but host, port, database_url, "
+        "token and remediator, which the chart sets.",
         "properties": properties,
     }
 
