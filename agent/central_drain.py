@@ -41,6 +41,7 @@ class CentralProgress:
     incident_id: str
     phase: str
     permit_id: int
+    finished: bool = False  # the drain and the requeue after it both ended: nothing more will come
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,12 @@ class CentralDrain:
         return StepResult(step, ok=True, detail=detail)
 
     def refresh(self) -> None:
-        """Read the drain back while it runs, at most every ``poll_s`` (a failure keeps the last answer).
+        """Read the drain back until it and its requeue ended, at most every ``poll_s`` (a failure keeps the
+        last answer).
         Before the first order of this process, the node's latest drain is looked up once: an agent that
         restarted while its drain ran (or after it ended) follows it on, and recovery goes on from it."""
         progress = self._progress
-        if self._client is None or (progress is not None and progress.phase != RUNNING):
+        if self._client is None or (progress is not None and progress.finished):
             return
         if progress is None and self._adopted:
             return
@@ -143,20 +145,21 @@ class CentralDrain:
         return taken
 
     def wait(self, timeout_s: float) -> bool:
-        """Wait for the central drain to end; True when none runs (tools, tests)."""
+        """Wait for the central drain and its requeue to end; True when none runs (tools, tests)."""
         deadline = self._monotonic() + timeout_s
-        while self._progress is not None and self._progress.phase == RUNNING:
+        while self._progress is not None and not self._progress.finished:
             if self._monotonic() >= deadline:
                 return False
             self._next_read = float("-inf")
             self.refresh()
-            if self._progress.phase == RUNNING:
+            if not self._progress.finished:
                 self._sleep(min(self._poll_s, 0.2))
         return True
 
     def _take(self, answer: DrainRecord, incident_id: str) -> None:
         phase = RUNNING if answer.phase in OPEN_PHASES else answer.phase
-        self._progress = CentralProgress(incident_id, phase, answer.permit_id)
+        finished = answer.finished_at is not None
+        self._progress = CentralProgress(incident_id, phase, answer.permit_id, finished)
         fresh = [item for item in answer.news if item.seq > self._seen]
         for item in fresh:
             self._news.append(CentralNews(incident_id, item.ok, item.detail, item.requeue))

@@ -115,6 +115,10 @@ class Remediator:
     # --- one pass ---------------------------------------------------------------------------------------
 
     def _start_new(self, now: datetime) -> int:
+        if not self._running:
+            with self._db.read() as conn:  # an idle fleet's pass costs one read, never the write lock
+                if not drains.any_open(conn):
+                    return 0
         room = self._settings.max_drains - len(self._running)
         with self._db.write() as conn:
             drains.renew(conn, self.owner, list(self._running), self._settings.lease_s, now)
@@ -154,7 +158,7 @@ class Remediator:
             detail = news[-1][1] if news else None
             with self._db.write() as conn:
                 still_ours = drains.progress(
-                    conn, permit_id, self.owner, now, phase=phase, detail=detail, news=news
+                    conn, permit_id, self.owner, now, phase=phase, detail=detail, news=news, finished=ended
                 )
             running.phase = phase
             if not still_ours:

@@ -89,6 +89,14 @@ def latest_of(conn: Connection, node: str) -> CentralDrain | None:
     return _model(row) if row is not None else None
 
 
+def any_open(conn: Connection) -> bool:
+    """Whether any drain waits for a remediator or runs."""
+    return (
+        conn.execute(select(drains.c.permit_id).where(drains.c.phase.in_(OPEN_PHASES)).limit(1)).first()
+        is not None
+    )
+
+
 def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit: int) -> list[Claimed]:
     """Take up to ``limit`` open drains that no other remediator holds (never held, held by ``owner``
     before a restart, or whose lease lapsed), each only while its permit is active for its node and
@@ -135,9 +143,11 @@ def progress(
     phase: str | None = None,
     detail: str | None = None,
     news: Sequence[tuple[bool, str, bool]] = (),
+    finished: bool = False,
 ) -> bool:
-    """Write a drain's new phase, detail and news lines (ok, detail, requeue); False when ``owner`` no
-    longer holds it (another remediator took it over: this one must stop reporting)."""
+    """Write a drain's new phase, detail and news lines (ok, detail, requeue), and with ``finished`` that
+    the drain and its requeue both ended; False when ``owner`` no longer holds it (another remediator took
+    it over: this one must stop reporting)."""
     row = conn.execute(
         select(drains.c.news, drains.c.owner).where(drains.c.permit_id == permit_id).with_for_update()
     ).first()
@@ -151,6 +161,8 @@ def progress(
         values["phase"] = phase
     if detail is not None:
         values["detail"] = detail
+    if finished:
+        values["finished_at"] = now
     conn.execute(update(drains).where(drains.c.permit_id == permit_id).values(**values))
     return True
 
@@ -170,7 +182,12 @@ def _fail_orphans(conn: Connection, now: datetime) -> None:
     conn.execute(
         update(drains)
         .where(drains.c.phase == "requested", drains.c.permit_id.not_in(active))
-        .values(phase="failed", detail="not drained: the permit is no longer active", updated_at=now)
+        .values(
+            phase="failed",
+            detail="not drained: the permit is no longer active",
+            updated_at=now,
+            finished_at=now,
+        )
     )
 
 
@@ -183,5 +200,6 @@ def _model(row: Any) -> CentralDrain:
         detail=row.detail,
         requested_at=row.requested_at,
         updated_at=row.updated_at,
+        finished_at=row.finished_at,
         news=[DrainNewsItem.model_validate(item) for item in row.news or []],
     )

@@ -247,6 +247,7 @@ drains = Table(
     Column("lease_until", UtcDateTime, nullable=True, comment="another remediator may take it after"),
     Column("requested_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=True, comment="the drain and its requeue both ended"),
 )
 Index("ix_drains_phase", drains.c.phase)
 Index("ix_drains_node", drains.c.node)

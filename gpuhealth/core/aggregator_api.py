@@ -308,6 +308,10 @@ class CentralDrain(_Wire):
     detail: str = ""
     requested_at: datetime
     updated_at: datetime
+    finished_at: datetime | None = Field(
+        default=None,
+        description="When the drain and its requeue both ended (the phase may end before the requeue).",
+    )
     news: list[DrainNewsItem] = Field(default_factory=list)
 
 

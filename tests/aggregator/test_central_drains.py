@@ -118,6 +118,7 @@ def test_one_remediator_runs_an_order_and_writes_its_news_back_once(
     first = remediator(database, clock, "remediator-a", drains)
     assert first.run_once() == 1
     assert drain_record(api, permit_id)["phase"] == "running"
+    assert drain_record(api, permit_id)["finished_at"] is None
     again = api.post(f"/v1/permits/{permit_id}/drain", json={"deadline_s": 1}, headers=AUTH).json()
     assert again["phase"] == "running"
     assert first.run_once() == 0 and len(drains.built) == 1
@@ -125,7 +126,7 @@ def test_one_remediator_runs_an_order_and_writes_its_news_back_once(
     drains.built[0].finish()
     first.run_once()
     record = drain_record(api, permit_id)
-    assert record["phase"] == "complete"
+    assert record["phase"] == "complete" and record["finished_at"] is not None
     assert [(n["seq"], n["requeue"], n["detail"]) for n in record["news"]] == [
         (1, False, "drain complete in 1.0 s"),
         (2, True, "requeue: done"),

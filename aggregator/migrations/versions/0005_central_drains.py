@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("lease_until", UtcDateTime, nullable=True, comment="another remediator may take it after"),
         sa.Column("requested_at", UtcDateTime, nullable=False),
         sa.Column("updated_at", UtcDateTime, nullable=False),
+        sa.Column("finished_at", UtcDateTime, nullable=True, comment="the drain and its requeue both ended"),
     )
     op.create_index("ix_drains_phase", "drains", ["phase"])
     op.create_index("ix_drains_node", "drains", ["node"])
