@@ -548,7 +548,11 @@ def _register_drains(app: FastAPI, ctx: _Context) -> None:
             except drains.DrainOrderRefused as exc:
                 raise permits.PermitNotActive(str(exc)) from exc
             ctx.audit(conn, caller, "drain_order", ordered.node, {"permit": permit_id})
-            return ordered
+        if app.state.remediator is None and ordered.phase == "requested":
+            # Another aggregator on the same database may run one; if none does, the order waits (and the
+            # node's agent keeps its permit) until someone sets remediator.orchestrator.
+            log.warning("drain_ordered_without_remediator", node=ordered.node, permit=permit_id)
+        return ordered
 
     @app.get(
         "/v1/permits/{permit_id}/drain",

@@ -193,3 +193,15 @@ def test_an_order_whose_permit_lapsed_before_it_ran_fails_and_is_never_started(
     assert drains.built == []
     record = drain_record(api, permit_id)
     assert (record["phase"], record["detail"]) == ("failed", "not drained: the permit is no longer active")
+
+
+def test_an_order_to_an_aggregator_without_a_remediator_waits_and_is_logged(
+    database: Database, make_client: MakeClient
+) -> None:
+    """remediator.orchestrator off: the order is kept (another aggregator on the database may run one) and
+    each order logs ``drain_ordered_without_remediator``, naming the node."""
+    with structlog.testing.capture_logs() as logs:
+        api, permit_id = ordered_drain(make_client)
+    warned = [e for e in logs if e["event"] == "drain_ordered_without_remediator"]
+    assert [(e["node"], e["permit"]) for e in warned] == [(NODE, permit_id)]
+    assert drain_record(api, permit_id)["phase"] == "requested"
