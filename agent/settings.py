@@ -233,6 +233,11 @@ class AgentSettings(BaseSettings):
         default_factory=RequeuePolicy,
         description="Per workload kind, after a drain: auto (restart when it would not), evict-only, off.",
     )
+    drain_by: Literal["aggregator", "agent"] = Field(
+        default="aggregator",
+        description="Who drains and requeues: the central remediator (the agent needs no pod or job "
+        "rights) or the agent itself (needs the cluster-wide drain RBAC).",
+    )
     orchestrator: Literal["kubernetes", "nomad"] = Field(
         default="kubernetes", description="Which orchestrator the node belongs to (its executor)."
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from agent.backends.kernel_log import JournalFollower, KmsgFollower
 from agent.backends.nvml import NvmlLibrary
 from agent.backends.nvml_backend import NvmlBackend
 from agent.backends.xid_watcher import XidBuffer, XidWatcher
+from agent.central_drain import CentralDrain, CentralDrainExecutor
 from agent.diagnostics import DiagnosticsRunner, IdleProbe
 from agent.diagnostics_state import DiagnosticsStore
 from agent.fabric import FabricEvents, FabricSource, FabricTrends
@@ -114,9 +116,10 @@ def build_agent(
     link, permits = _aggregator_parts(settings, chosen_clock)
     sources, source_closers = _dcgm_sources(settings.dcgm, settings, chosen_clock)
     chosen_executor = executor or _executor(settings, api_client, chosen_clock)
+    acting = _central_drain(settings, chosen_executor, link, permits, chosen_clock)
     parts = AgentParts(
         source=fabric if fabric is not None else backend,
-        executor=with_recovery(chosen_executor, settings, nvml_library, actions=recovery_actions, wake=wake),
+        executor=with_recovery(acting, settings, nvml_library, actions=recovery_actions, wake=wake),
         state_machine=HealthStateMachine(node, settings.debounce, clock=chosen_clock.now, initial=saved),
         policy=settings.policy,
         store=store,
@@ -323,7 +326,7 @@ def _nomad_executor(settings: AgentSettings, clock: Clock) -> tuple[NodeExecutor
             monotonic=clock.monotonic,
             same_fault_window_s=settings.requeue.same_fault_window_s,
         )
-        if settings.policy.drain
+        if drains_itself(settings)
         else None
     )
     executor = connect_nomad_executor(settings.nomad, drain=drain)
@@ -332,14 +335,35 @@ def _nomad_executor(settings: AgentSettings, clock: Clock) -> tuple[NodeExecutor
     return executor, settings
 
 
+def drains_itself(settings: AgentSettings) -> bool:
+    """Whether the agent drains and requeues with its own credentials (``drain_by: agent``)."""
+    return settings.policy.drain and settings.drain_by == "agent"
+
+
+def _central_drain(
+    settings: AgentSettings,
+    executor: NodeExecutor,
+    link: AggregatorLink | None,
+    gate: PermitGate,
+    clock: Clock,
+) -> NodeExecutor:
+    """``executor`` with its ``Drain`` ordered from the central remediator when ``drain_by: aggregator``."""
+    if not settings.policy.drain or settings.drain_by != "aggregator":
+        return executor
+    client = link.client if link is not None else None
+    central = CentralDrain(settings.node_name, client, gate, monotonic=clock.monotonic, sleep=time.sleep)
+    return CentralDrainExecutor(executor, central)
+
+
 def _executor_problem_sources(executor: NodeExecutor) -> tuple[FindingSource, ...]:
     """While the executor says it cannot act (a refused token), the verdict turns unknown."""
     return (ExecutorProblemFindings(executor),)
 
 
 def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:
-    """What the executor needs to drain the node, or None while ``policy.drain`` is off (the default)."""
-    if not settings.policy.drain:
+    """What the executor needs to drain the node itself, or None while ``policy.drain`` is off (the default)
+    or the central remediator drains (``drain_by: aggregator``)."""
+    if not drains_itself(settings):
         return None
     from remediation.kubernetes.drain_runner import DrainSetup
 

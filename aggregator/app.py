@@ -29,10 +29,11 @@ from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.forget import forget_node
 from aggregator.metrics import AggregatorMetrics
 from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, decode_token
+from aggregator.remediator import DrainFactory, build_remediator
 from aggregator.report_route import REPORTS_PATH, lean_report_route, store_report
 from aggregator.retention import Pruner
 from aggregator.settings import AggregatorSettings
-from aggregator.store import audit, diag_requests
+from aggregator.store import audit, diag_requests, drains
 from aggregator.store import requests as node_requests
 from aggregator.store.engine import Database, open_database
 from aggregator.timespec import TimeSpecError, parse_since
@@ -42,7 +43,9 @@ from gpuhealth.core.aggregator_api import (
     AuditEntry,
     BreakerReset,
     BreakerStatus,
+    CentralDrain,
     DiagRequest,
+    DrainOrder,
     Event,
     FleetSummary,
     IncidentDetail,
@@ -110,11 +113,18 @@ class _Context:
 
 
 def create_app(
-    settings: AggregatorSettings, *, database: Database | None = None, now: Callable[[], datetime] = utc_now
+    settings: AggregatorSettings,
+    *,
+    database: Database | None = None,
+    now: Callable[[], datetime] = utc_now,
+    drain_for: DrainFactory | None = None,
 ) -> FastAPI:
     """Build the app; opens (and migrates) the database unless one is given. ``now`` is the injected clock.
+    ``drain_for`` runs the central remediator with these drains (the demo's emulator); without it, the
+    ``remediator`` settings say whether one runs and where.
 
-    Raises TokenFileError (a SettingsError) when the token file cannot be loaded."""
+    Raises TokenFileError (a SettingsError) when the token file cannot be loaded, and ExecutorSetupError when
+    the remediator's orchestrator configuration cannot be loaded."""
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
     access = Access(build_chain(settings), metrics_token=metrics_token)
     db = database or open_database(settings)
@@ -122,12 +132,17 @@ def create_app(
     writer = ReportWriter(db, settings, now)
     alert_worker = DeliveryWorker(db, settings, now)
     pruner = Pruner(db, settings, now)
+    remediator = build_remediator(db, settings, now, drain_for)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         alert_worker.start()
         pruner.start()
+        if remediator is not None:
+            remediator.start()
         yield
+        if remediator is not None:
+            remediator.stop()
         alert_worker.stop()
         pruner.stop()
         writer.stop()
@@ -140,6 +155,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_report_bytes)
+    app.state.remediator = remediator
     ctx = _Context(db=db, settings=settings, metrics=metrics, now=now, access=access, writer=writer)
     _register_handlers(app, UnauthorizedLog(event="request refused: forbidden"))
     for register in (
@@ -149,6 +165,8 @@ def create_app(
         _register_requests,
         _register_history,
         _register_permits,
+        _register_drains,
+        _register_node_drain,
         _register_breaker,
     ):
         register(app, ctx)
@@ -502,6 +520,70 @@ def _register_permits(app: FastAPI, ctx: _Context) -> None:
             released = permits.release_permit(conn, permit_id, ctx.now())
             ctx.audit(conn, caller, "permit_release", released.node, {"permit": permit_id})
             return released
+
+
+def _register_drains(app: FastAPI, ctx: _Context) -> None:
+    """Central drains: the node's agent orders the drain of its node under its permit, and reads it back."""
+    authenticated = ctx.access.authenticated()
+    conflict: dict[int | str, dict[str, Any]] = {409: {"model": ProblemDetail}}
+
+    @app.post(
+        "/v1/permits/{permit_id}/drain",
+        response_model=CentralDrain,
+        status_code=202,
+        responses=ERRORS | NOT_FOUND | conflict,
+        tags=["permits"],
+    )
+    def order_drain(permit_id: IdPath, body: DrainOrder, caller: Caller = authenticated) -> CentralDrain:
+        """Drain the permit's node for its incident, then requeue its jobs: the central remediator does it
+        with its own credentials (its node's agent only; the permit must be active; idempotent)."""
+        with ctx.db.write() as conn:
+            _require_permit_holder(conn, caller, permit_id, "order drains")
+            try:
+                ordered = drains.order(conn, permit_id, body.deadline_s, ctx.now())
+            except drains.DrainOrderRefused as exc:
+                raise permits.PermitNotActive(str(exc)) from exc
+            ctx.audit(conn, caller, "drain_order", ordered.node, {"permit": permit_id})
+        if app.state.remediator is None and ordered.phase == "requested":
+            # Another aggregator on the same database may run one; if none does, the order waits (and the
+            # node's agent keeps its permit) until someone sets remediator.orchestrator.
+            log.warning("drain_ordered_without_remediator", node=ordered.node, permit=permit_id)
+        return ordered
+
+    @app.get(
+        "/v1/permits/{permit_id}/drain",
+        response_model=CentralDrain,
+        responses=ERRORS | NOT_FOUND,
+        tags=["permits"],
+    )
+    def get_drain(permit_id: IdPath, caller: Caller = authenticated) -> CentralDrain:
+        """Where the central drain of a permit stands, with its news (its node's agent, or a viewer)."""
+        with ctx.db.read() as conn:
+            node = permits.node_of(conn, permit_id)
+            if node is None:
+                raise permits.PermitNotFound(f"no permit {permit_id}")
+            require_agent_or_role(caller.principal, node, Role.VIEWER, "read drains")
+            found = drains.get(conn, permit_id)
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no drain was ordered under permit {permit_id}")
+        return found
+
+
+def _register_node_drain(app: FastAPI, ctx: _Context) -> None:
+    """A node's latest central drain: how a restarted agent finds the drain it ordered before."""
+    authenticated = ctx.access.authenticated()
+
+    @app.get(
+        "/v1/nodes/{node}/drain", response_model=CentralDrain, responses=ERRORS | NOT_FOUND, tags=["agents"]
+    )
+    def latest_drain(node: NodePath, caller: Caller = authenticated) -> CentralDrain:
+        """The node's most recent central drain, with its news (its agent, or a viewer)."""
+        require_agent_or_role(caller.principal, node, Role.VIEWER, "read drains")
+        with ctx.db.read() as conn:
+            found = drains.latest_of(conn, node)
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no drain was ever ordered for node {node}")
+        return found
 
 
 def _require_permit_holder(conn: Any, caller: Caller, permit_id: int, what: str) -> None:

@@ -1,5 +1,6 @@
 """Forgetting a node (an admin's decision: decommissioned, renamed, or a name that should never have
-reported): its row, incidents, permits and requests go; its history stays, marked with the forgetting.
+reported): its row, incidents, permits (with their drain orders) and requests go; its history stays, marked
+with the forgetting.
 
 A forgotten node leaves the fleet's size, so it no longer counts in the budget or the breaker; should it
 report again it starts over as a new node.
@@ -13,7 +14,7 @@ import structlog
 from sqlalchemy import Connection, delete, select
 
 from aggregator.store.common import record_event
-from aggregator.store.tables import incidents, nodes, permits, requests
+from aggregator.store.tables import drains, incidents, nodes, permits, requests
 from gpuhealth.core.aggregator_api import NodeForgotten
 
 log = structlog.get_logger(__name__)
@@ -23,6 +24,7 @@ def forget_node(conn: Connection, node: str, *, by: str, now: datetime) -> NodeF
     """Remove ``node`` and what hangs on it (in the caller's write transaction); None if it is unknown."""
     if conn.execute(select(nodes.c.name).where(nodes.c.name == node).with_for_update()).first() is None:
         return None
+    conn.execute(delete(drains).where(drains.c.node == node))  # its permits go: their drain orders too
     removed = NodeForgotten(
         node=node,
         requests=conn.execute(delete(requests).where(requests.c.node == node)).rowcount,

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from aggregator.alert_settings import RouteSettings, SinkSettings
+from aggregator.remediator_settings import RemediatorSettings
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 MIN_TOKEN_LENGTH = 32
@@ -232,6 +233,10 @@ class AggregatorSettings(BaseModel):
     alert_link_url: str | None = Field(
         default=None, description="Base URL on-call can open (e.g. the aggregator's); links in alerts."
     )
+    remediator: RemediatorSettings = Field(
+        default_factory=RemediatorSettings,
+        description="Central remediator: drains and requeues on permits (JSON in the environment).",
+    )
 
     @field_validator("kubernetes_agent_service_accounts", "nomad_agent_jobs", mode="before")
     @classmethod
@@ -240,7 +245,7 @@ class AggregatorSettings(BaseModel):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
-    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", mode="before")
+    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", "remediator", mode="before")
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -73,6 +73,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "state machine, plan, PATCH, watch event.",
         (
             "Target: p99 <= 1 s (issue: the agent on Kubernetes).",
+            "On a machine shared with other work, the figures are those of the run with the median p99 of "
+            "three (the taint never waits for the aggregator or the central remediator).",
             "NVSentinel: no published end-to-end figure; with its default 15 s DCGM polling, 15-45 s "
             "(Reference figures below). k8s-device-plugin waits on XID events in a 5 s loop.",
         ),
@@ -85,7 +87,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "nodes registered and kept Ready by the tests' fake kubelets): real admission, strategic merge, "
         "etcd writes and watch cache.",
         (
-            "Target: p99 <= 1 s, as against the emulator.",
+            "Target: p99 <= 1 s, as against the emulator; the run with the median p99 of three.",
             "The emulator's figure is the section above; the difference is what the emulator leaves out.",
         ),
         module="fault_to_taint",
@@ -124,10 +126,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "drain",
         "Draining 100 nodes x 20 pods at once",
         "One `Drainer` per node, all started together, against the emulated API in its own process "
-        "(Eviction API, bounded concurrency); then the same fleet shape drained with `kubectl drain "
+        "(Eviction API, bounded concurrency); then the central path (`central_*`: every node's permit "
+        "taken and drain ordered through the aggregator's API, the remediator beside it draining them all "
+        "with one client of its own); then the same fleet shape drained with `kubectl drain "
         "--ignore-daemonsets --delete-emptydir-data --force`, 10 at a time, for the ratio.",
         (
-            "Targets: >= 100 evictions/s and >= 20 nodes/s on a 2-core machine (issue: drain and requeue).",
+            "Targets: >= 100 evictions/s and >= 20 nodes/s on a 2-core machine (issue: drain and requeue), "
+            "for both paths.",
+            "On a shared machine the figures vary from run to run; docs/drain.md gives the median of "
+            "several runs.",
             "NVSentinel handles about 2.5 nodes/s, and its evictions trickle at about 5 pods/s "
             "(Reference figures below).",
         ),

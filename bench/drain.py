@@ -8,6 +8,10 @@ object:
 - ``ours_s``: wall time for one ``Drainer`` per node (as each node's agent would run it), all started at
   once, to cordon every node and see every evicted pod gone; ``evictions_per_s`` and ``nodes_per_s``
   (nodes quarantined: cordoned and emptied) follow from it;
+- ``central_s``: the same fleet drained by the central remediator (the default since the drain moved off the
+  nodes): every node reported, its permit taken and its drain ordered through the aggregator's API, the
+  remediator beside the aggregator draining them all with one client of its own, until the aggregator says
+  every drain ended; ``central_evictions_per_s`` and ``central_nodes_per_s`` follow from it;
 - ``kubectl_s``: the same fleet drained by ``kubectl drain NODE --ignore-daemonsets --delete-emptydir-data
   --force``, K commands at a time as an operator with ``xargs -P`` would; ``ratio`` is ours / kubectl.
 
@@ -40,12 +44,21 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from sqlalchemy import create_engine, func, select
 
+from aggregator.store.drains import OPEN_PHASES
+from aggregator.store.tables import drains
+from gpuhealth.core.aggregator_api import Report
 from gpuhealth.core.clock import RealClock
+from gpuhealth.core.findings import Action
 from gpuhealth.core.logging import configure_logging
+from remediation.aggregator_client import AggregatorClient
+from remediation.kubernetes.central import POOL_CONNECTIONS, CentralDrains
 from remediation.kubernetes.drain import Drainer
 from remediation.kubernetes.drain_policy import DrainPolicy
 from remediation.kubernetes.drain_report import DrainReport
+from remediation.kubernetes.requeue import RequeuePolicy
+from sim.aggregator_process import AggregatorServer
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN, write_kubeconfig
@@ -55,6 +68,8 @@ TARGET_EVICTIONS_PER_S, TARGET_NODES_PER_S = 100.0, 20.0
 DEADLINE_S = 300.0
 NAMESPACE = "tenant"
 POLL_INTERVAL_S = 0.2
+CENTRAL_TOKEN = "bench-drain-central-token-0123456789"  # noqa: S105 - a throw-away aggregator's token
+REQUEUE_KINDS = ("job", "jobset", "trainjob", "pytorchjob", "volcano_job", "kueue")
 
 
 def _owner(kind: str, name: str, uid: str) -> list[dict[str, Any]]:
@@ -131,11 +146,13 @@ class Emulator:
     def __init__(self, url: str, names: list[str], conn: Connection) -> None:
         self.url, self.names, self._conn = url, names, conn
 
-    def api_client(self) -> client.ApiClient:
-        """A client for it, configured as ``KubeSim.api_client`` does."""
+    def api_client(self, pool: int | None = None) -> client.ApiClient:
+        """A client for it, configured as ``KubeSim.api_client`` does (``pool``: its connections)."""
         configuration = client.Configuration(
             host=self.url, api_key={"authorization": f"Bearer {DUMMY_TOKEN}"}
         )
+        if pool is not None:
+            configuration.connection_pool_maxsize = pool
         return client.ApiClient(configuration)
 
     def workload_pods(self) -> int:
@@ -198,6 +215,87 @@ def run_ours(nodes: int, pods_per_node: int) -> dict[str, Any]:
     }
 
 
+def run_central(nodes: int, pods_per_node: int) -> dict[str, Any]:
+    """The central path: each node's permit taken and its drain ordered through the aggregator's API, the
+    remediator beside it draining every node with one client of its own (the aggregator's identity)."""
+    policy = DrainPolicy(
+        force=True, delete_emptydir_data=True, max_in_flight=16, poll_interval_s=POLL_INTERVAL_S
+    )
+    no_requeue = RequeuePolicy.model_validate(dict.fromkeys(REQUEUE_KINDS, "evict-only"))
+    with emulator(nodes, pods_per_node) as sim, tempfile.TemporaryDirectory() as work:
+        before = sim.workload_pods()
+        own = sim.api_client(pool=POOL_CONNECTIONS)  # as central_drains() configures the remediator's
+        central = CentralDrains(own, policy, no_requeue, owns_client=True)
+        server = AggregatorServer(
+            Path(work) / "aggregator.db",
+            CENTRAL_TOKEN,
+            drain_for=central.drain_for,
+            sqlite_synchronous="NORMAL",
+            budget_max_nodes=nodes,
+            budget_max_percent=100.0,
+            remediator={"name": "bench", "poll_s": 0.05, "max_drains": nodes},
+        ).start()
+        try:
+            with server.client() as aggregator:
+                wall, phases = _central_drains(aggregator, sim.names, Path(work) / "aggregator.db")
+        finally:
+            server.stop()
+            central.close()
+        left = sim.workload_pods()
+    return {
+        "central_s": round(wall, 3),
+        "central_evictions_per_s": round((before - left) / wall, 1),
+        "central_nodes_per_s": round(nodes / wall, 1),
+        "central_complete_nodes": phases.count("complete"),
+        "central_pods_left": left,
+    }
+
+
+def _central_drains(
+    aggregator: AggregatorClient, names: list[str], database: Path
+) -> tuple[float, list[str]]:
+    """Report every node, take its permit, order all drains at once; seconds until every drain ended, as
+    the aggregator's store says (read directly: HTTP reads would share the process's interpreter lock
+    with the remediator and measure the reading), and each drain's phase as the API then answers it."""
+    for node in names:
+        aggregator.report(Report.model_validate(_report(node)))
+    permits = [
+        aggregator.request_permit(node, Action.DRAIN_AND_RESET, incident_id=f"bench-{node}") for node in names
+    ]
+    engine = create_engine(f"sqlite:///{database}")
+    open_drains = select(func.count()).select_from(drains).where(drains.c.phase.in_(OPEN_PHASES))
+    started = time.perf_counter()
+    for permit in permits:
+        aggregator.order_drain(permit.id, deadline_s=DEADLINE_S)
+    try:
+        while time.perf_counter() - started < DEADLINE_S:
+            with engine.connect() as conn:
+                if conn.execute(open_drains).scalar_one() == 0:
+                    break
+            time.sleep(0.05)
+        wall = time.perf_counter() - started
+    finally:
+        engine.dispose()
+    return wall, [aggregator.drain_of(permit.id).phase for permit in permits]
+
+
+def _report(node: str) -> dict[str, Any]:
+    """A healthy 8-GPU node's first report (the budget counts the GPU nodes the aggregator knows)."""
+    return {
+        "schema": "gpuhealth.report/v1",
+        "node": node,
+        "seq": 1,
+        "sent_at": "2026-12-03T00:00:00Z",
+        "interval_s": 3600,
+        "orchestrator": "kubernetes",
+        "state": "healthy",
+        "verdict": {"node": node, "status": "ok", "action": "none", "findings": []},
+        "gpus": [
+            {"uuid": f"GPU-{node}-{i}", "index": i, "name": "NVIDIA H200", "status": "ok"} for i in range(8)
+        ],
+    }
+
+
 def run_kubectl(nodes: int, pods_per_node: int, parallel: int) -> dict[str, Any]:
     """``kubectl drain`` for every node, ``parallel`` at a time, against the same fleet shape."""
     kubectl = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
@@ -232,6 +330,7 @@ def _kubectl(command: list[str], env: dict[str, str]) -> int:
 def run(nodes: int, pods_per_node: int, kubectl_parallel: int) -> dict[str, Any]:
     """Both drains of the same fleet shape, and the comparison."""
     ours = run_ours(nodes, pods_per_node)
+    central = run_central(nodes, pods_per_node)
     theirs = run_kubectl(nodes, pods_per_node, kubectl_parallel)
     ratio = round(ours["ours_s"] / theirs["kubectl_s"], 3) if theirs.get("kubectl_s") else None
     return {
@@ -239,13 +338,17 @@ def run(nodes: int, pods_per_node: int, kubectl_parallel: int) -> dict[str, Any]
         "nodes": nodes,
         "pods_per_node": pods_per_node,
         **ours,
+        **central,
         **theirs,
         "ratio_ours_to_kubectl": ratio,
         "target_evictions_per_s": TARGET_EVICTIONS_PER_S,
         "target_nodes_per_s": TARGET_NODES_PER_S,
         "meets_target": ours["evictions_per_s"] >= TARGET_EVICTIONS_PER_S
         and ours["nodes_per_s"] >= TARGET_NODES_PER_S
-        and ours["pods_left"] == 0,
+        and ours["pods_left"] == 0
+        and central["central_evictions_per_s"] >= TARGET_EVICTIONS_PER_S
+        and central["central_nodes_per_s"] >= TARGET_NODES_PER_S
+        and central["central_pods_left"] == 0,
     }
 
 
@@ -271,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{nodes} nodes x {args.pods} pods: ours {result['ours_s']} s "
             f"({result['evictions_per_s']} evictions/s, {result['nodes_per_s']} nodes/s), "
+            f"central {result['central_s']} s ({result['central_evictions_per_s']} evictions/s), "
             f"kubectl {result['kubectl_s']} s, ratio {result['ratio_ours_to_kubectl']}"
         )
     return 0

@@ -21,7 +21,8 @@ from sim.scenario.model import Scenario
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 CHART_SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth" / "values.schema.json"
-# The chart writes these itself: where it listens, its database, its secrets (from mounted files) and TLS.
+# The chart writes these itself: where it listens, its database, its secrets (from mounted files), TLS,
+# and the remediator (from the drain and requeue values, drain.by aggregator).
 CHART_SET = (
     "host",
     "port",
@@ -35,6 +36,7 @@ CHART_SET = (
     "tls_key_file",
     "tls_client_ca_file",
     "allow_plain_http",
+    "remediator",
 )
 _KEPT = (
     "type",
@@ -97,7 +99,7 @@ def chart_settings_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "description": "The aggregator's own settings (docs/configuration.md) but where it listens, its "
-        "database, secrets and TLS, which the chart sets.",
+        "database, secrets, TLS and remediator, which the chart sets.",
         "properties": properties,
     }
 

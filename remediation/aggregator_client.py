@@ -24,6 +24,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from gpuhealth.core.aggregator_api import (
     AuditEntry,
     BreakerStatus,
+    CentralDrain,
+    DrainOrder,
     Event,
     FleetSummary,
     IncidentDetail,
@@ -243,6 +245,20 @@ class AggregatorClient:
     def release_permit(self, permit_id: int) -> Permit:
         """Give a permit back (idempotent)."""
         return self._call("POST", f"/v1/permits/{permit_id}/release", Permit, retry=True)
+
+    def order_drain(self, permit_id: int, *, deadline_s: float) -> CentralDrain:
+        """Ask the central remediator to drain the node of a granted permit (idempotent: a second order
+        for the same permit returns the first)."""
+        body = DrainOrder(deadline_s=deadline_s).model_dump(mode="json")
+        return self._call("POST", f"/v1/permits/{permit_id}/drain", CentralDrain, json=body, retry=True)
+
+    def drain_of(self, permit_id: int) -> CentralDrain:
+        """Where the central drain of a permit stands; NotFound when none was ordered."""
+        return self._call("GET", f"/v1/permits/{permit_id}/drain", CentralDrain, retry=True)
+
+    def latest_drain(self, node: str) -> CentralDrain:
+        """The node's most recent central drain; NotFound when none was ever ordered."""
+        return self._call("GET", f"/v1/nodes/{node}/drain", CentralDrain, retry=True)
 
     def pending_requests(self, node: str) -> list[NodeRequest]:
         """Quarantine / release requests for this node that its agent has not applied yet."""

@@ -16,8 +16,10 @@ from typing import Any
 import uvicorn
 
 from aggregator.app import create_app
+from aggregator.remediator import DrainFactory
 from aggregator.server import tls_options
 from aggregator.settings import load_settings
+from gpuhealth.core.clock import utc_now
 from remediation.aggregator_client import AggregatorClient
 from sim.http_server import wait_until_started
 
@@ -44,6 +46,7 @@ class AggregatorServer:
         token: str | None,
         *,
         now: Callable[[], datetime] | None = None,
+        drain_for: DrainFactory | None = None,
         **settings: object,
     ) -> None:
         self.port = free_port()
@@ -55,13 +58,20 @@ class AggregatorServer:
         # ``token`` is the deprecated shared token; per-identity tokens come with ``token_file=...``.
         self._settings: dict[str, Any] = {"database_url": f"sqlite:///{database}", "token": token, **settings}
         self._now = now
+        self._drain_for = drain_for  # the central remediator's drains (on the emulator), or none
         self._server: uvicorn.Server | None = None
+        self.app: Any = None  # the FastAPI app being served (its state holds the remediator)
         self._thread: threading.Thread | None = None
+
+    @property
+    def drains_centrally(self) -> bool:
+        """Whether its remediator drains the nodes (the agents then use ``drain_by: aggregator``)."""
+        return self._drain_for is not None
 
     def start(self) -> AggregatorServer:
         """Serve until :meth:`stop`; returns once the port accepts connections."""
         settings = load_settings(environ={}, **self._settings)
-        app = create_app(settings, now=self._now) if self._now is not None else create_app(settings)
+        app = create_app(settings, now=self._now or utc_now, drain_for=self._drain_for)
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -70,6 +80,7 @@ class AggregatorServer:
             access_log=False,
             **tls_options(settings),
         )
+        self.app = app
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gpuhealth-aggregator", daemon=True)
         self._thread.start()

@@ -230,3 +230,24 @@ audit = Table(
 )
 Index("ix_audit_at", audit.c.at)
 Index("ix_audit_actor_at", audit.c.actor, audit.c.at)
+
+# --- central drains (migration 0005) -------------------------------------------------------------------
+
+drains = Table(
+    "drains",
+    metadata,
+    Column("permit_id", IdType, primary_key=True, autoincrement=False, comment="the permit it acts on"),
+    Column("node", String(253), nullable=False),
+    Column("incident_id", String(128), nullable=True),
+    Column("deadline_s", Float, nullable=False),
+    Column("phase", String(16), nullable=False, comment="requested, running, complete, incomplete, failed"),
+    Column("detail", Text, nullable=False),
+    Column("news", JSON, nullable=False, comment="[{seq, ok, detail, requeue}] for the node's timeline"),
+    Column("owner", String(128), nullable=True, comment="the remediator that runs it"),
+    Column("lease_until", UtcDateTime, nullable=True, comment="another remediator may take it after"),
+    Column("requested_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=True, comment="the drain and its requeue both ended"),
+)
+Index("ix_drains_phase", drains.c.phase)
+Index("ix_drains_node", drains.c.node)

@@ -10,10 +10,12 @@
 # node:write — the writes the agent makes to its own node:
 #   POST /v1/client/metadata          gpuhealth.state, gpuhealth.incident, gpuhealth.unhealthy_gpus
 #   POST /v1/node/:node_id/eligibility ineligible on quarantine, eligible again on release
-#   POST /v1/node/:node_id/drain       drain with IgnoreSystemJobs (and DrainSpec null to cancel its own)
+#   POST /v1/node/:node_id/drain       DrainSpec null: cancels the drain of its own node on release (and,
+#                                      with drain_by: agent only, the drain itself)
 # It includes node:read for GET /v1/node/:node_id (the blocking query that watches the node). Nomad has no
 # narrower grant: node rules take a policy only and cover every node, which is why the agent itself only
-# ever addresses the node id its local client reports.
+# ever addresses the node id its local client reports, and why the drain and the restart of batch jobs are
+# the central remediator's (gpuhealth-remediator.policy.hcl, on the aggregator's token; docs/nomad.md).
 node {
   policy = "write"
 }
@@ -23,14 +25,13 @@ agent {
   policy = "read"
 }
 
-# The namespace of the GPU training jobs (the agent's nomad.namespace; to requeue jobs of several
-# namespaces, unset nomad.namespace and repeat this block for each of them):
-#   read-job         GET /v1/node/:node_id/allocations (with node:read), GET /v1/job/:job_id,
-#                    GET /v1/job/:job_id/allocations — which batch jobs run on the node, and all their
-#                    allocations
-#   alloc-lifecycle  POST /v1/allocation/:alloc_id/stop — requeue: every allocation of an affected batch
-#                    job is stopped, and the scheduler places the job again on healthy nodes
-# Not the `read` or `write` policy: nothing here submits, scales or execs into jobs, or reads logs.
+# The namespace of the GPU training jobs:
+#   read-job         GET /v1/node/:node_id/allocations (with node:read) — whether GPU work runs on the
+#                    node (the idle check of deep diagnostics)
+# Not alloc-lifecycle: the agent stops no allocation; the central remediator restarts batch jobs after a
+# drain. (Only an agent with drain_by: agent needs alloc-lifecycle here, and then read-job on every
+# namespace whose jobs it requeues.) Not the `read` or `write` policy: nothing here submits, scales or
+# execs into jobs, or reads logs.
 namespace "default" {
-  capabilities = ["read-job", "alloc-lifecycle"]
+  capabilities = ["read-job"]
 }

@@ -306,6 +306,45 @@ class Permit(_Wire):
     active: bool
 
 
+DrainPhaseName = Literal["requested", "running", "complete", "incomplete", "failed"]
+
+
+class DrainOrder(_Body):
+    """Body of ``POST /v1/permits/{id}/drain``: drain the permit's node for its incident, centrally."""
+
+    deadline_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=900.0, description="The whole drain's deadline, in seconds (pods left then stay)."
+    )
+
+
+class DrainNewsItem(_Wire):
+    """One line of a central drain's progress for the node's timeline: the drain's or the requeue's."""
+
+    seq: int = Field(description="Position in the drain's news, from 1; the agent collects each once.")
+    ok: bool
+    detail: str
+    requeue: bool = False
+
+
+class CentralDrain(_Wire):
+    """The drain (and requeue) the central remediator runs for one permit: its phase and its news."""
+
+    permit_id: int
+    node: str
+    incident_id: str | None
+    phase: DrainPhaseName = Field(
+        description="requested (waits for the remediator), running, then complete, incomplete or failed."
+    )
+    detail: str = ""
+    requested_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = Field(
+        default=None,
+        description="When the drain and its requeue both ended (the phase may end before the requeue).",
+    )
+    news: list[DrainNewsItem] = Field(default_factory=list)
+
+
 class PermitRefusal(_Wire):
     """Why a permit was refused (HTTP 409)."""
 

@@ -157,6 +157,11 @@ class NomadApi:
             raise NomadUnavailable(f"unreadable answer to the node query: {exc}") from None
         return node, next_index
 
+    def node_id_named(self, name: str) -> str | None:
+        """The id of the node called ``name`` (``GET /v1/nodes`` on a server), or None when none is."""
+        nodes: list[JsonObject] = self._call(self._client.nodes.get_nodes)
+        return next((str(node["ID"]) for node in nodes if node.get("Name") == name), None)
+
     def set_eligibility(self, node_id: str, *, eligible: bool) -> int:
         """``POST /v1/node/:id/eligibility``; returns the node's new modify index (0 when not told)."""
         answer = self._call(self._client.node.eligible_node, node_id, eligible=eligible, write=True)

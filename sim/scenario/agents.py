@@ -80,7 +80,10 @@ def time_scale(fleet: Fleet) -> float:
     return max(scaled_knobs(fleet).interval_s / own, 1.0)
 
 
-def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_file: Path) -> AgentSettings:
+def agent_settings(
+    fleet: Fleet, name: str, state_root: Path, url: str, token_file: Path, *, central: bool = True
+) -> AgentSettings:
+    """One node's settings; ``central``: the aggregator's remediator drains (else the agent itself)."""
     knobs = scaled_knobs(fleet)
     return AgentSettings(
         node_name=name,
@@ -97,6 +100,8 @@ def agent_settings(fleet: Fleet, name: str, state_root: Path, url: str, token_fi
         ),
         # The node's emulated kubelet PodResources socket (served only for a partial drain).
         kubernetes=KubernetesSettings(pod_resources_socket=str(state_root / name / "kubelet.sock")),
+        # A partial drain needs the node's own PodResources socket, which a central remediator cannot read.
+        drain_by="aggregator" if central and not knobs.partial_drain else "agent",
         drain=DEMO_DRAIN,
         recovery=recovery_settings(knobs),
         aggregator={

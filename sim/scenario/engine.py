@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from aggregator.remediator import DrainFactory
 from sim.aggregator_process import AggregatorServer
 from sim.scenario.agents import (
     RunningFleet,
@@ -130,7 +131,8 @@ def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0)
         observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
         names = orchestrator.start(scenario.fleet.nodes, scenario.fleet.gpus_per_node)
         identities = DemoIdentities.fresh(names)
-        aggregator = _start_aggregator(scenario, workdir, receiver, identities)
+        central = orchestrator.central_drains()
+        aggregator = _start_aggregator(scenario, workdir, receiver, identities, central)
         stack.callback(aggregator.stop)
         # The demo's admin token is made for this run and dies with it; a fragment never reaches a server log.
         page_url = f"{aggregator.url}/ui/#token={identities.admin_token}"
@@ -188,8 +190,13 @@ def look_interval(scale: float) -> float:
 
 
 def _start_aggregator(
-    scenario: Scenario, workdir: Path, receiver: AlertReceiver, identities: DemoIdentities
+    scenario: Scenario,
+    workdir: Path,
+    receiver: AlertReceiver,
+    identities: DemoIdentities,
+    central: DrainFactory | None,
 ) -> AggregatorServer:
+    """The demo's aggregator; with ``central``, its remediator drains and requeues (the chart's default)."""
     knobs = scenario.fleet.aggregator
     sink = {
         "name": "demo-receiver",
@@ -203,6 +210,8 @@ def _start_aggregator(
     server = AggregatorServer(
         workdir / "aggregator.db",
         None,  # no shared token: each agent has its own, the on-call side an admin's
+        drain_for=central,
+        remediator={"name": "demo-remediator", "poll_s": 0.1},
         token_file=identities.write_token_file(workdir / "tokens.json"),
         sqlite_synchronous="NORMAL",  # a throw-away database: a crash loses nothing that matters
         alert_sinks=[sink],
@@ -233,6 +242,7 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
     observer: Observer,
     identities: DemoIdentities,
 ) -> RunningFleet:
+    central = aggregator.drains_centrally
     token_files = identities.write_agent_tokens(workdir / "agent-tokens")
     state_root = workdir / "agents"
     step = max(len(names) // 10, 1)
@@ -248,7 +258,9 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
         orchestrator,
         scenario.fleet,
         names,
-        lambda name: agent_settings(scenario.fleet, name, state_root, aggregator.url, token_files[name]),
+        lambda name: agent_settings(
+            scenario.fleet, name, state_root, aggregator.url, token_files[name], central=central
+        ),
         every_tenth("agents started"),
     )
     try:

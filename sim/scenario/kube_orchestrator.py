@@ -17,12 +17,16 @@ from agent.backends.nvml import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
+from aggregator.remediator import DrainFactory
 from gpuhealth.core.clock import RealClock
+from remediation.kubernetes.central import CentralDrains
 from remediation.kubernetes.names import CORDONED_ANNOTATION, STATE_LABEL, TAINT_KEY
+from remediation.kubernetes.requeue import RequeuePolicy
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN
 from sim.kube.podresources import PodResourcesServer
+from sim.scenario.agents import DEMO_DRAIN
 from sim.scenario.model import InferenceService, Role, TrainingJob, Workloads
 from sim.scenario.orchestrator import JobView, NodeView
 from sim.scenario.recovery import simulated_recovery
@@ -50,6 +54,7 @@ class KubernetesOrchestrator:
         self._gangs: list[frozenset[str]] = []  # the training job's pod UIDs, one set per gang seen running
         self._client: client.ApiClient | None = None
         self._kubelets: list[PodResourcesServer] = []  # PodResources per node, for a partial drain
+        self._central: CentralDrains | None = None
 
     @property
     def sim(self) -> KubeSim:
@@ -67,6 +72,9 @@ class KubernetesOrchestrator:
         for kubelet in self._kubelets:
             kubelet.stop()
         self._kubelets.clear()
+        if self._central is not None:
+            self._central.close()
+            self._central = None
         if self._client is not None:
             shared: Any = self._client  # the client's close() carries no annotations
             shared.close()
@@ -89,6 +97,13 @@ class KubernetesOrchestrator:
             clock=RealClock(),
             recovery_actions=simulated_recovery(settings, library),
         )
+
+    def central_drains(self) -> DrainFactory:
+        """Drains with a client of the remediator's own (the aggregator's ServiceAccount in a cluster)."""
+        if self._central is None:
+            own_client = self.sim.api_client()
+            self._central = CentralDrains(own_client, DEMO_DRAIN, RequeuePolicy(), owns_client=True)
+        return self._central.drain_for
 
     def _shared_client(self) -> client.ApiClient:
         if self._client is None:

@@ -24,6 +24,7 @@ from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
 from gpuhealth.core.clock import RealClock
+from remediation.nomad.central import NomadCentralDrains
 from remediation.nomad.node_view import (
     DRAINED,
     INCIDENT,
@@ -62,6 +63,7 @@ class NomadOrchestrator:
         self._workloads = Workloads()
         self._gpus = 8
         self._gangs: list[frozenset[str]] = []  # the training job's allocation IDs, one set per gang seen
+        self._central: NomadCentralDrains | None = None
 
     @property
     def sim(self) -> NomadSim:
@@ -78,6 +80,9 @@ class NomadOrchestrator:
         return node_names(nodes)
 
     def stop(self) -> None:
+        if self._central is not None:
+            self._central.close()
+            self._central = None
         if self._sim is not None:
             self._sim.stop()
             self._sim = None
@@ -93,6 +98,10 @@ class NomadOrchestrator:
             clock=RealClock(),
             recovery_actions=simulated_recovery(on_nomad, library),
         )
+
+    def central_drains(self) -> None:
+        """None: on Nomad the agents still drain their own node (docs/nomad.md, "Least privilege")."""
+        return
 
     # --- workloads -------------------------------------------------------------------------------------
 

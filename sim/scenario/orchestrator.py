@@ -13,6 +13,7 @@ from typing import Protocol
 from agent.backends.nvml import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
+from aggregator.remediator import DrainFactory
 from sim.scenario.model import Role, Workloads
 
 
@@ -49,6 +50,11 @@ class Orchestrator(Protocol):
 
     def build_agent(self, settings: AgentSettings, library: NvmlLibrary) -> Agent:
         """The node's real agent (``agent.wiring.build_agent``), wired to this orchestrator's API."""
+        ...
+
+    def central_drains(self) -> DrainFactory | None:
+        """The central remediator's drains on this orchestrator (the aggregator's own credentials), or None
+        where the agents drain themselves."""
         ...
 
     def start_workloads(self, workloads: Workloads, timeout_s: float) -> None:

@@ -70,6 +70,10 @@ REFUSALS: list[tuple[str, str, Callable[[int], Call], str]] = [
      "agent {agent} may only renew permits of its own node; permit {permit} is {other}'s"),
     ("agent", "release another node's permit", lambda p: lambda c: c.release_permit(p),
      "agent {agent} may only release permits of its own node; permit {permit} is {other}'s"),
+    ("agent", "order a drain of another node", lambda p: lambda c: c.order_drain(p, deadline_s=60),
+     "agent {agent} may only order drains of its own node; permit {permit} is {other}'s"),
+    ("agent", "read another node's drain", lambda p: lambda c: c.drain_of(p),
+     f"agent {AGENT_NODE} may only read drains for its own node, not {OTHER_NODE}"),
     ("agent", "read another node's requests", lambda _p: lambda c: c.pending_requests(OTHER_NODE),
      f"agent {AGENT_NODE} may only read requests for its own node, not {OTHER_NODE}"),
     ("agent", "read another node", lambda _p: lambda c: c.node(OTHER_NODE),
@@ -125,6 +129,10 @@ REFUSALS: list[tuple[str, str, Callable[[int], Call], str]] = [
      "admin adam may not report: only the node's own agent may"),
     ("admin", "release a node's permit", lambda p: lambda c: c.release_permit(p),
      "admin adam may not release permits: only the node's own agent may"),
+    ("operator", "order a drain", lambda p: lambda c: c.order_drain(p, deadline_s=60),
+     "operator olga may not order drains: only the node's own agent may"),
+    ("admin", "order a drain", lambda p: lambda c: c.order_drain(p, deadline_s=60),
+     "admin adam may not order drains: only the node's own agent may"),
 ]  # fmt: skip
 
 

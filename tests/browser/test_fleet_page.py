@@ -24,7 +24,9 @@ from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
 from agent.wiring import build_agent
 from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from remediation.kubernetes.central import CentralDrains
 from remediation.kubernetes.drain_policy import DrainPolicy
+from remediation.kubernetes.requeue import RequeuePolicy
 from remediation.plan import RemediationPolicy
 from sim.kube.harness import KubeSim, running_kube_sim
 from tests.aggregator.identities import Identity
@@ -74,6 +76,9 @@ def browser() -> Iterator[object]:
         session.quit()
 
 
+DRAIN = DrainPolicy(poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2)
+
+
 class Fleet:
     """Four GPU nodes with real agents (drain on) reporting to a live aggregator."""
 
@@ -87,7 +92,7 @@ class Fleet:
                 node_name=node,
                 state_dir=state_root / node,
                 policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
-                drain=DrainPolicy(poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2),
+                drain=DRAIN,
                 aggregator={"url": aggregator.url, "permit_retry_s": 0.3, "timeout_s": 2, "heartbeat_s": 0.2},
                 http=HttpSettings(enabled=False),
             )
@@ -131,13 +136,23 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
             yaml.safe_dump({"tokens": [VIEWER.entry(), OPERATOR.entry()]}), encoding="utf-8"
         )
         clock = ManualClock(start=utc_now())
-        aggregator = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, token_file=token_file).start()
+        # The chart's default: the aggregator's remediator drains, the agents order it.
+        central = CentralDrains(kube.api_client(), DRAIN, RequeuePolicy(), owns_client=True)
+        aggregator = LiveAggregator(
+            tmp_path / "aggregator.db",
+            clock,
+            TOKEN,
+            token_file=token_file,
+            drain_for=central.drain_for,
+            remediator={"poll_s": 0.05},
+        ).start()
         built = Fleet(kube, aggregator, tmp_path / "state")
         try:
             yield built
         finally:
             built.close()
             aggregator.stop()
+            central.close()
 
 
 def signed_in(browser: object, url: str, token: str = TOKEN) -> None:

@@ -21,6 +21,7 @@ AGENT_JOB = NOMAD_DIR / "gpuhealth-agent.nomad.hcl"
 AGGREGATOR_JOB = NOMAD_DIR / "gpuhealth-aggregator.nomad.hcl"
 AGENT_POLICY = NOMAD_DIR / "gpuhealth-agent.policy.hcl"
 AGGREGATOR_POLICY = NOMAD_DIR / "gpuhealth-aggregator.policy.hcl"
+REMEDIATOR_POLICY = NOMAD_DIR / "gpuhealth-remediator.policy.hcl"
 TRAINING_EXAMPLE = NOMAD_DIR / "examples" / "training-job.nomad.hcl"
 NOMAD_DOC = REPO_ROOT / "docs" / "nomad.md"
 

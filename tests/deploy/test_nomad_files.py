@@ -38,6 +38,7 @@ from tests.deploy.nomad_hcl import (
     AGGREGATOR_POLICY,
     NOMAD_DIR,
     NOMAD_DOC,
+    REMEDIATOR_POLICY,
     TRAINING_EXAMPLE,
     Body,
     heredoc_body,
@@ -426,20 +427,31 @@ def test_aggregator_check_paths_are_served_by_the_aggregator(
 # --- the ACL policy ------------------------------------------------------------------------------------
 
 
-def test_policy_grants_exactly_node_write_agent_read_and_two_namespace_capabilities() -> None:
-    """node write, agent read, and in the training jobs' namespace read-job + alloc-lifecycle: no other
-    rule, no namespace policy (read or write), no wildcard namespace, no management anything."""
+def test_policy_grants_exactly_node_write_agent_read_and_read_job() -> None:
+    """node write, agent read, and in the training jobs' namespace read-job only: no alloc-lifecycle (the
+    central remediator restarts batch jobs), no other rule, no namespace policy (read or write), no
+    wildcard namespace, no management anything."""
     policy = load(AGENT_POLICY)
     assert set(policy) == {"node", "agent", "namespace"}
     assert one(policy["node"]) == {"policy": "write"}
     assert one(policy["agent"]) == {"policy": "read"}
     namespaces = labelled(policy["namespace"])
-    assert namespaces == {"default": {"capabilities": ["read-job", "alloc-lifecycle"]}}
+    assert namespaces == {"default": {"capabilities": ["read-job"]}}
 
 
-def test_policy_file_mentions_no_broader_grant() -> None:
+def test_the_remediators_policy_holds_the_drain_and_the_batch_job_restarts() -> None:
+    """The aggregator's token: node write (drain, the drain's metadata through the servers) and, in the
+    training jobs' namespace, read-job + alloc-lifecycle; nothing else."""
+    policy = load(REMEDIATOR_POLICY)
+    assert set(policy) == {"node", "namespace"}
+    assert one(policy["node"]) == {"policy": "write"}
+    assert labelled(policy["namespace"]) == {"default": {"capabilities": ["read-job", "alloc-lifecycle"]}}
+
+
+@pytest.mark.parametrize("path", [AGENT_POLICY, REMEDIATOR_POLICY], ids=lambda p: p.name)
+def test_policy_file_mentions_no_broader_grant(path: Path) -> None:
     """A guard on the text as well, comments included: no management token, no namespace write."""
-    text = AGENT_POLICY.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
     assert "management" not in text
     assert not re.search(r'namespace\s+"\*"', text)
     assert not re.search(r"^\s*(operator|quota|plugin|host_volume|node_pool)\s*\{", text, re.MULTILINE)

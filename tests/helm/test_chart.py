@@ -78,6 +78,7 @@ VARIATIONS: dict[str, dict[str, Any]] = {
         }
     },
     "shared-token": {"aggregator": {"agentAuth": {"mode": "sharedToken"}}},
+    "drain-by-agent": {"drain": {"enabled": True, "by": "agent"}},
 }
 
 MINIMAL_GRANTS = {
@@ -92,7 +93,8 @@ MINIMAL_GRANTS = {
     ("events.k8s.io", "events", "patch"),
 }
 
-# What drain adds (drain.enabled): list the node's pods, evict them, read DaemonSets and budgets.
+# What the agent's own drain adds (drain.by agent): list the node's pods, evict them, read DaemonSets and
+# budgets. With the central remediator (drain.by aggregator, the default) the agent gets none of it.
 DRAIN_GRANTS = {
     ("", "pods", "list"),
     ("", "pods", "watch"),
@@ -465,10 +467,12 @@ def test_notes_warn_about_dry_run_and_a_missing_admission_policy(render_notes: A
 # --- RBAC --------------------------------------------------------------------------------------------------------
 
 
-def granted(objects: list[Manifest]) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) for every rule of every Role and ClusterRole."""
+def granted(objects: list[Manifest], component: str = "agent") -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) for every rule of every Role and ClusterRole of ``component`` (the agent's,
+    or the aggregator's remediator)."""
     grants: set[tuple[str, str, str]] = set()
-    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+    roles = by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
+    for role in [r for r in roles if component_of(r) == component]:
         for rule in role["rules"]:
             assert "resourceNames" not in rule
             assert "nonResourceURLs" not in rule
@@ -480,18 +484,46 @@ def granted(objects: list[Manifest]) -> set[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("variation", VARIATIONS)
 def test_cluster_role_grants_exactly_the_minimal_set(render: Render, variation: str) -> None:
-    """nodes get/list/watch/patch, nodes/status patch, events create/patch (core and events.k8s.io): nothing
-    else, no wildcard, in any variation (a new grant must be a deliberate change of this test); the drain's
-    grants only where drain is enabled."""
+    """The agent: nodes get/list/watch/patch, nodes/status patch, events create/patch (core and events.k8s.io):
+    nothing else, no wildcard, in any variation (a new grant must be a deliberate change of this test); the
+    drain's grants only where the agent drains itself (drain.by agent)."""
     values = VARIATIONS[variation]
-    expected = MINIMAL_GRANTS | (DRAIN_GRANTS if values.get("drain", {}).get("enabled") else set())
+    drain = values.get("drain", {})
+    agent_drains = drain.get("enabled") and drain.get("by") == "agent"
+    expected = MINIMAL_GRANTS | (DRAIN_GRANTS if agent_drains else set())
     assert granted(render(values)) == expected
 
 
-def test_drain_grants_appear_only_with_drain_enabled(render: Render) -> None:
-    """Default: no pod, eviction, DaemonSet or budget permission at all; drain on: exactly those added."""
-    assert not granted(render()) & DRAIN_GRANTS
-    assert granted(render({"drain": {"enabled": True}})) - MINIMAL_GRANTS == DRAIN_GRANTS
+def test_drain_grants_go_to_the_aggregators_remediator_not_the_agents(render: Render) -> None:
+    """Default: no pod, eviction, DaemonSet or budget permission anywhere. Drain on (central, the default):
+    the agent's role is unchanged, the aggregator's remediator role holds the drain's grants plus the node
+    patch of its cordon and the Events of the requeue, bound to the aggregator's ServiceAccount, whose token
+    the aggregator's pod then mounts. drain.by agent: the agent's role grows by exactly the drain's grants
+    and the aggregator gets none."""
+    assert not granted(render()) & DRAIN_GRANTS and not granted(render(), "aggregator")
+    central = render({"drain": {"enabled": True}})
+    assert granted(central) == MINIMAL_GRANTS
+    remediator = {
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
+    }
+    assert granted(central, "aggregator") == remediator | (DRAIN_GRANTS - {("", "pods", "watch")})
+    [binding] = [b for b in by_kind(central, "ClusterRoleBinding") if component_of(b) == "aggregator"]
+    account = [a for a in by_kind(central, "ServiceAccount") if component_of(a) == "aggregator"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account[0]["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+    [deployment] = by_kind(central, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    by_agent = render({"drain": {"enabled": True, "by": "agent"}})
+    assert granted(by_agent) - MINIMAL_GRANTS == DRAIN_GRANTS
+    assert not granted(by_agent, "aggregator")
+    [deployment] = by_kind(by_agent, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 def test_cluster_role_is_bound_to_the_agent_service_account(render: Render) -> None:
@@ -502,7 +534,7 @@ def test_cluster_role_is_bound_to_the_agent_service_account(render: Render) -> N
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": one(objects, "ClusterRole")["metadata"]["name"],
+        "name": one(objects, "ClusterRole")["metadata"]["name"],  # the agent's: the only one by default
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
     assert pod_spec(objects)["serviceAccountName"] == account

@@ -40,11 +40,16 @@ DIAG_POD_LIST = {("", "pods", "list")}
 
 VARIATIONS: dict[str, dict[str, Any]] = {
     "drain-with-aggregator": {
-        "drain": {"enabled": True, "deadlineSeconds": 600, "config": {"force": True, "max_in_flight": 4}},
+        "drain": {
+            "enabled": True,
+            "by": "agent",
+            "deadlineSeconds": 600,
+            "config": {"force": True, "max_in_flight": 4},
+        },
         "aggregator": AGGREGATOR,
     },
     "requeue-some-kinds": {
-        "drain": {"enabled": True},
+        "drain": {"enabled": True, "by": "agent"},
         "requeue": {
             "enabled": True,
             "jobset": True,
@@ -63,7 +68,7 @@ VARIATIONS: dict[str, dict[str, Any]] = {
     "diagnostics-on": {"diagnostics": {"enabled": True, "config": {"level": 2, "every_s": 86400}}},
     "diagnostics-on-demand-only": {"diagnostics": {"enabled": True, "scheduled": False}},
     "gpu-quarantine": {
-        "drain": {"enabled": True},
+        "drain": {"enabled": True, "by": "agent"},
         "aggregator": AGGREGATOR,
         "gpuQuarantine": {"deviceTaint": "before", "effect": "NoExecute", "partialDrain": True},
     },
@@ -200,10 +205,41 @@ def test_drain_without_requeue_evicts_every_kind_only(
     render: Render, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Drain on, requeue off: the agent is told to restart nothing (it has no job permission)."""
-    objects = render({"drain": {"enabled": True}})
+    objects = render({"drain": {"enabled": True, "by": "agent"}})
     requeue = agent_settings(objects, tmp_path, monkeypatch)[0].requeue
     kinds = ("job", "jobset", "trainjob", "pytorchjob", "volcano_job", "kueue")
     assert {str(getattr(requeue, kind)) for kind in kinds} == {"evict-only"}
+
+
+def test_central_drain_gives_the_drain_and_requeue_settings_to_the_aggregators_remediator(
+    render: Render, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """drain.by aggregator (the default): the agent's config says drain_by aggregator and carries no drain
+    or requeue settings; the aggregator's file runs the Kubernetes remediator under one stable name, with
+    drain.config (and this release's agent pods kept) and the requeue modes of the granted kinds, and
+    loads into the aggregator's settings."""
+    from aggregator.settings import load_settings as load_aggregator_settings
+
+    values = {
+        "drain": {"enabled": True, "config": {"force": True}},
+        "requeue": {"enabled": True, "jobset": True},
+    }
+    objects = render(values)
+    settings, _ = agent_settings(objects, tmp_path, monkeypatch)
+    assert settings.policy.drain is True and settings.drain_by == "aggregator"
+    config = yaml.safe_load(config_text(objects))
+    assert "drain" not in config and "requeue" not in config
+    path = tmp_path / "aggregator.yaml"
+    path.write_text(one(objects, "ConfigMap", "aggregator")["data"]["config.yaml"], encoding="utf-8")
+    remediator = load_aggregator_settings(path, environ={}, token="x" * 32).remediator  # token: a Secret's
+    assert remediator.orchestrator == "kubernetes"
+    assert remediator.name == one(objects, "Deployment", "aggregator")["metadata"]["name"]
+    assert remediator.drain.force is True
+    template = one(objects, "DaemonSet")["spec"]["template"]
+    assert remediator.drain.is_agent(
+        {"metadata": {"namespace": NAMESPACE, "labels": template["metadata"]["labels"]}}
+    )
+    assert (str(remediator.requeue.jobset), str(remediator.requeue.kueue)) == ("auto", "evict-only")
 
 
 # --- aggregator ---------------------------------------------------------------------------------------------------
@@ -323,10 +359,11 @@ def test_diagnostics_grant_pods_list_only(render: Render) -> None:
 @pytest.mark.parametrize(
     ("values", "verbs"),
     [
-        ({"drain": {"enabled": True}, "diagnostics": {"enabled": True}}, ["list", "watch"]),
+        ({"drain": {"enabled": True, "by": "agent"}, "diagnostics": {"enabled": True}}, ["list", "watch"]),
+        ({"drain": {"enabled": True}, "diagnostics": {"enabled": True}}, ["list"]),
         (
             {
-                "drain": {"enabled": True},
+                "drain": {"enabled": True, "by": "agent"},
                 "diagnostics": {"enabled": True},
                 "requeue": {"enabled": True, "pytorchjob": True},
             },
@@ -383,6 +420,10 @@ def test_features_that_read_pods_share_one_rule_without_duplicates(
         (
             {"gpuQuarantine": {"partialDrain": True}},
             "gpuQuarantine.partialDrain needs drain.enabled",
+        ),
+        (
+            {"drain": {"enabled": True}, "gpuQuarantine": {"partialDrain": True}},
+            "gpuQuarantine.partialDrain needs drain.by=agent",
         ),
         (
             {"config": {"policy": {"gpu_quarantine": "instead"}}},
@@ -499,5 +540,5 @@ def test_device_taints_grant_exactly_their_verbs_and_nothing_when_off(render: Re
         "devicetaintrules": ["list", "create", "patch", "delete"],
         "resourceslices": ["list"],
     }
-    partial_only = {"drain": {"enabled": True}, "gpuQuarantine": {"partialDrain": True}}
+    partial_only = {"drain": {"enabled": True, "by": "agent"}, "gpuQuarantine": {"partialDrain": True}}
     assert _dra_rules(render(partial_only)) == {"resourceslices": ["list"], "resourceclaims": ["get"]}

@@ -73,16 +73,24 @@ def grants() -> Iterator[Callable[[dict[str, Any]], Grants]]:
 
 def test_requeue_grants_nothing_unless_enabled(grants: Callable[[dict[str, Any]], Grants]) -> None:
     """A kind switched on without requeue.enabled is a contradiction the render refuses, naming it (rather
-    than silently granting nothing); enabled alone adds only reading Jobs."""
+    than silently granting nothing); enabled alone adds only reading Jobs, to whoever drains; without a
+    drain nothing is requeued, so nothing is granted."""
     default = grants({})
     for kind in PER_KIND:
         with pytest.raises(helm.errors.HelmRenderError, match=f"requeue.{kind} needs requeue.enabled"):
             grants({"requeue": {kind: True}})
-    assert grants({"requeue": {"enabled": True}}) == default | BASE
+    assert grants({"requeue": {"enabled": True}}) == default
+    drain = {"drain": {"enabled": True}}
+    assert grants({**drain, "requeue": {"enabled": True}}) == grants(drain) | BASE
 
 
+@pytest.mark.parametrize("by", ["aggregator", "agent"])
 @pytest.mark.parametrize("kind", PER_KIND)
-def test_each_kind_adds_exactly_its_rules(grants: Callable[[dict[str, Any]], Grants], kind: str) -> None:
-    """requeue.<kind>: the calls the Requeuer makes for that kind, nothing else."""
-    default = grants({}) | BASE
-    assert grants({"requeue": {"enabled": True, kind: True}}) - default == PER_KIND[kind] - default
+def test_each_kind_adds_exactly_its_rules(
+    grants: Callable[[dict[str, Any]], Grants], kind: str, by: str
+) -> None:
+    """requeue.<kind>: the calls the Requeuer makes for that kind, nothing else, in the role of whoever
+    drains (the aggregator's remediator by default, or the agents)."""
+    drain = {"drain": {"enabled": True, "by": by}}
+    default = grants(drain) | BASE
+    assert grants({**drain, "requeue": {"enabled": True, kind: True}}) - default == PER_KIND[kind] - default

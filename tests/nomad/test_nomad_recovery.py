@@ -61,6 +61,7 @@ def agent(nomad: NomadSim, aggregator: LiveAggregator, nvml: FakeNvml, tmp_path:
         nomad={"address": nomad.client_address(NODE), "watch_wait_s": 0.2},
         state_dir=tmp_path / "state",
         policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
+        drain_by="agent",
         recovery=RecoverySettings(enabled=True, validation=ValidationSettings(clean_readings=2)),
         aggregator={"url": aggregator.url, "permit_retry_s": 0.3, "timeout_s": 2},
         http=HttpSettings(enabled=False),

@@ -77,6 +77,7 @@ class Agents:
                 node_name=node,
                 state_dir=self.state_root / node,
                 policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
+                drain_by="agent",
                 drain=self.drain,
                 debounce=self.debounce,
                 aggregator={"url": self.aggregator.url, "permit_retry_s": 0.3, "timeout_s": 2},

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gpuhealth.core.clock import ManualClock
 from sim.aggregator_process import AggregatorServer, free_port
@@ -14,7 +15,8 @@ __all__ = ["LiveAggregator", "free_port"]
 class LiveAggregator(AggregatorServer):
     """An :class:`AggregatorServer` whose clock is the test's :class:`ManualClock`."""
 
-    def __init__(self, database: Path, clock: ManualClock, token: str | None, **settings: object) -> None:
+    def __init__(self, database: Path, clock: ManualClock, token: str | None, **settings: Any) -> None:
+        """``settings``: the aggregator's, and ``drain_for`` (a central remediator on these drains)."""
         super().__init__(database, token, now=clock.now, **settings)
 
     def start(self) -> LiveAggregator:

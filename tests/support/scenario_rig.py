@@ -75,6 +75,9 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
         self.sleep = ClockSleep(clock)
         self.dwell_s, self.clean_readings = DWELL_S, CLEAN_READINGS
         self.policy = RemediationPolicy()
+        # Who drains: these runbooks drive the agent's own drain; the central remediator's runbooks attach
+        # one to the aggregator and set "aggregator".
+        self.drain_by = "agent"
         self.dry_run = False
         self.executors: list[ExecutorT] = []
         self.agents: list[Agent] = []
@@ -110,6 +113,7 @@ class GpuNodeRig(ABC, Generic[ExecutorT]):
             dry_run=self.dry_run,
             debounce=DebounceConfig(min_dwell_s=self.dwell_s, clean_readings_to_recover=self.clean_readings),
             policy=self.policy,
+            drain_by=self.drain_by,
             http=HttpSettings(enabled=False),
             fabric=FabricSettings(sysfs_root=self.infiniband.root),
         )

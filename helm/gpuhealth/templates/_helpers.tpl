@@ -76,8 +76,9 @@ app.kubernetes.io/part-of: gpuhealth
 
 {{/*
 Drain and requeue (docs/drain.md, docs/requeue.md), added to the config dict passed in. drain.enabled turns
-the agent's policy.drain on (the same switch grants the drain's RBAC); the agent's own pods are this release's.
-The requeue modes mirror the requeue grants: a kind the agent may patch is auto, any other evict-only.
+the agent's policy.drain on. With drain.by aggregator (the default) the agent only orders the drain of its
+node from the aggregator, whose remediator drains and requeues with the drain and requeue settings below
+(gpuhealth.remediatorConfig); with drain.by agent the agent does it itself and gets them (and the RBAC).
 */}}
 {{- define "gpuhealth.drainConfig" -}}
 {{- $root := index . 0 }}
@@ -88,16 +89,116 @@ The requeue modes mirror the requeue grants: a kind the agent may patch is auto,
 {{- $_ := set $policy "drain" true }}
 {{- $_ = set $policy "drain_deadline_s" $v.drain.deadlineSeconds }}
 {{- $_ = set $config "policy" $policy }}
-{{- $own := dict "agent_namespace" $root.Release.Namespace "agent_labels" (include "gpuhealth.selectorLabels" $root | fromYaml) }}
-{{- $_ = set $config "drain" (merge $own (deepCopy $v.drain.config)) }}
+{{- $_ = set $config "drain_by" $v.drain.by }}
 {{- end }}
-{{- if or $v.drain.enabled $v.requeue.enabled }}
-{{- $rq := $v.requeue }}
+{{- if include "gpuhealth.agentDrains" $root }}
+{{- $_ := set $config "drain" (include "gpuhealth.drainSettings" $root | fromYaml) }}
+{{- end }}
+{{- if or (include "gpuhealth.agentDrains" $root) (and $v.requeue.enabled (ne $v.drain.by "aggregator")) }}
+{{- $_ := set $config "requeue" (include "gpuhealth.requeueSettings" $root | fromYaml) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the agents drain and requeue themselves (drain.by agent): the agent's RBAC then grows by it. */}}
+{{- define "gpuhealth.agentDrains" -}}
+{{- if and .Values.drain.enabled (eq .Values.drain.by "agent") }}true{{ end }}
+{{- end }}
+
+{{/* Whether this release's aggregator runs the central remediator (drain.by aggregator, the default). */}}
+{{- define "gpuhealth.centralDrain" -}}
+{{- if and .Values.drain.enabled (eq .Values.drain.by "aggregator") .Values.aggregator.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The drain settings (agent or remediator): the values' drain.config; this release's agent pods stay. */}}
+{{- define "gpuhealth.drainSettings" -}}
+{{- $own := dict "agent_namespace" .Release.Namespace "agent_labels" (include "gpuhealth.selectorLabels" . | fromYaml) }}
+{{- toYaml (merge $own (deepCopy .Values.drain.config)) }}
+{{- end }}
+
+{{/* The requeue modes mirror the requeue grants: a kind that may be patched is auto, any other evict-only. */}}
+{{- define "gpuhealth.requeueSettings" -}}
+{{- $rq := .Values.requeue }}
 {{- $modes := dict }}
 {{- range $kind, $value := dict "job" true "jobset" $rq.jobset "trainjob" $rq.trainjob "pytorchjob" $rq.pytorchjob "volcano_job" $rq.volcano "kueue" $rq.kueue }}
 {{- $_ := set $modes $kind (ternary "auto" "evict-only" (and $rq.enabled $value)) }}
 {{- end }}
-{{- $_ := set $config "requeue" (merge $modes (deepCopy $rq.config)) }}
+{{- toYaml (merge $modes (deepCopy $rq.config)) }}
+{{- end }}
+
+{{/*
+The central remediator's settings in the aggregator's file. One replica keeps one stable name, so a
+restarted pod resumes its drains at once; several replicas (PostgreSQL) each use their pod name and take
+over a lapsed lease.
+*/}}
+{{- define "gpuhealth.remediatorConfig" -}}
+{{- $name := ternary (include "gpuhealth.aggregator.fullname" .) "" (eq (int .Values.aggregator.replicas) 1) }}
+{{- $remediator := dict "orchestrator" "kubernetes" "name" $name }}
+{{- $_ := set $remediator "drain" (include "gpuhealth.drainSettings" . | fromYaml) }}
+{{- $_ = set $remediator "requeue" (include "gpuhealth.requeueSettings" . | fromYaml) }}
+{{- toYaml $remediator }}
+{{- end }}
+
+{{/*
+RBAC of a drain (the agent's with drain.by agent, else the aggregator's): evict pods, check the DaemonSets and
+budgets involved; then the requeue of training jobs, each kind only when enabled (docs/requeue.md).
+*/}}
+{{- define "gpuhealth.drainRules" -}}
+- apiGroups: [""]
+  resources: ["pods/eviction"]
+  verbs: ["create"]
+- apiGroups: ["apps"]
+  resources: ["daemonsets"]
+  verbs: ["get"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list"]
+{{- with .Values.requeue }}
+{{- if .enabled }}
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get"]
+{{- if .jobset }}
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- if .trainjob }}
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs"]
+  verbs: ["get", "patch"]
+{{- if not .jobset }}
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get"]
+{{- end }}
+{{- end }}
+{{- if .pytorchjob }}
+- apiGroups: ["kubeflow.org"]
+  resources: ["pytorchjobs"]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- if .volcano }}
+- apiGroups: ["batch.volcano.sh"]
+  resources: ["jobs"]
+  verbs: ["get", "patch"]
+- apiGroups: ["bus.volcano.sh"]
+  resources: ["commands"]
+  verbs: ["create"]
+{{- end }}
+{{- if .kueue }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["patch"]
+{{- if not .jobset }}
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -127,7 +228,7 @@ agent's policy and where it reads the DRA driver's devices and the kubelet's Pod
 
 {{/* Whether the agent reads the node's DRA devices: for device taints, or to place a partial drain's pods. */}}
 {{- define "gpuhealth.readsDra" -}}
-{{- if or (ne .Values.gpuQuarantine.deviceTaint "off") (and .Values.gpuQuarantine.partialDrain .Values.drain.enabled) }}true{{- end }}
+{{- if or (ne .Values.gpuQuarantine.deviceTaint "off") (and .Values.gpuQuarantine.partialDrain (include "gpuhealth.agentDrains" .)) }}true{{- end }}
 {{- end }}
 
 {{/*
@@ -228,16 +329,19 @@ directory is mounted (reboot mode kured), and whether the agent container is pri
 {{- if and .Values.recovery.enabled .Values.recovery.reset.privileged }}true{{ end }}
 {{- end }}
 
-{{/* Verbs on pods, the union over drain (list, watch), diagnostics (list), PyTorchJob requeue (list, delete). */}}
+{{/* The agent's verbs on pods: its own drain (list, watch; drain.by agent), diagnostics (list), its own
+PyTorchJob requeue (list, delete). With the central remediator the agent lists pods only for diagnostics. */}}
 {{- define "gpuhealth.podVerbs" -}}
 {{- $verbs := list }}
-{{- if or .Values.drain.enabled .Values.diagnostics.enabled (and .Values.requeue.enabled .Values.requeue.pytorchjob) }}
+{{- $drains := include "gpuhealth.agentDrains" . }}
+{{- $pytorch := and $drains .Values.requeue.enabled .Values.requeue.pytorchjob }}
+{{- if or $drains .Values.diagnostics.enabled $pytorch }}
 {{- $verbs = append $verbs "list" }}
 {{- end }}
-{{- if .Values.drain.enabled }}
+{{- if $drains }}
 {{- $verbs = append $verbs "watch" }}
 {{- end }}
-{{- if and .Values.requeue.enabled .Values.requeue.pytorchjob }}
+{{- if $pytorch }}
 {{- $verbs = append $verbs "delete" }}
 {{- end }}
 {{- range $i, $verb := $verbs }}{{ if $i }}, {{ end }}{{ $verb | quote }}{{ end }}
@@ -390,6 +494,9 @@ tlsConfig:
 {{- $_ = set $settings "kubernetes_audience" .Values.aggregator.agentAuth.audience }}
 {{- $_ = set $settings "kubernetes_agent_service_accounts" (list $agentUser) }}
 {{- end }}
+{{- if include "gpuhealth.centralDrain" . }}
+{{- $_ = set $settings "remediator" (include "gpuhealth.remediatorConfig" . | fromYaml) }}
+{{- end }}
 {{- toYaml (dict "aggregator" $settings) }}
 {{- end }}
 
@@ -407,6 +514,8 @@ tlsConfig:
 {{- end }}
 {{- if not (has $a.agentAuth.mode (list "serviceAccountToken" "sharedToken")) }}
 {{- fail (printf "aggregator.agentAuth.mode is %q: serviceAccountToken or sharedToken" $a.agentAuth.mode) }}
+{{- if not (has .Values.drain.by (list "aggregator" "agent")) }}
+{{- fail (printf "drain.by must be aggregator (the central remediator drains) or agent (each agent drains its own node), not %v" .Values.drain.by) }}
 {{- end }}
 {{- if and $a.enabled (eq $a.database.type "postgresql") (not $a.database.postgresql.urlSecret.name) }}
 {{- fail "aggregator.database.type=postgresql needs aggregator.database.postgresql.urlSecret.name: an existing Secret holding the database URL" }}

@@ -80,6 +80,7 @@ class Fleet:
                 node_name=node,
                 state_dir=self.state_root / node,
                 policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
+                drain_by="agent",
                 drain=self.drain,
                 requeue=self.requeue,
                 debounce=self.debounce,

@@ -193,6 +193,7 @@ class Fleet:
             node_name=node.name,
             state_dir=node.root / "state",
             policy=RemediationPolicy(drain=True, cordon=True, drain_deadline_s=HANG_GUARD_S),
+            drain_by="agent",
             drain=FAST_DRAIN,
             recovery=recovery,
             dcgm=dcgm,

@@ -85,6 +85,7 @@ class Fleet:
                 nomad={"address": self.nomad.client_address(node), "watch_wait_s": 0.2},
                 state_dir=self.state_root / node,
                 policy=self.policy,
+                drain_by="agent",
                 debounce=self.debounce,
                 aggregator={"url": self.aggregator.url, "permit_retry_s": PERMIT_RETRY_S, "timeout_s": 2},
                 http=HttpSettings(enabled=False),
