@@ -512,7 +512,11 @@ def test_drain_grants_go_to_the_aggregators_remediator_not_the_agents(render: Re
         ("events.k8s.io", "events", "patch"),
     }
     assert granted(central, "aggregator") == remediator | (DRAIN_GRANTS - {("", "pods", "watch")})
-    [binding] = [b for b in by_kind(central, "ClusterRoleBinding") if component_of(b) == "aggregator"]
+    [binding] = [
+        b
+        for b in by_kind(central, "ClusterRoleBinding")
+        if component_of(b) == "aggregator" and b["roleRef"]["name"] != "system:auth-delegator"
+    ]
     account = [a for a in by_kind(central, "ServiceAccount") if component_of(a) == "aggregator"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account[0]["metadata"]["name"], "namespace": NAMESPACE}
@@ -522,8 +526,12 @@ def test_drain_grants_go_to_the_aggregators_remediator_not_the_agents(render: Re
     by_agent = render({"drain": {"enabled": True, "by": "agent"}})
     assert granted(by_agent) - MINIMAL_GRANTS == DRAIN_GRANTS
     assert not granted(by_agent, "aggregator")
-    [deployment] = by_kind(by_agent, "Deployment")
-    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    # The aggregator's token is still mounted, for the TokenReview of the agents' tokens only.
+    assert [
+        b["roleRef"]["name"]
+        for b in by_kind(by_agent, "ClusterRoleBinding")
+        if component_of(b) == "aggregator"
+    ] == ["system:auth-delegator"]
 
 
 def test_cluster_role_is_bound_to_the_agent_service_account(render: Render) -> None:

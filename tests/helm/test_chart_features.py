@@ -218,7 +218,7 @@ def test_central_drain_gives_the_drain_and_requeue_settings_to_the_aggregators_r
     or requeue settings; the aggregator's file runs the Kubernetes remediator under one stable name, with
     drain.config (and this release's agent pods kept) and the requeue modes of the granted kinds, and
     loads into the aggregator's settings."""
-    from aggregator.settings import load_settings as load_aggregator_settings
+    from tests.helm.test_aggregator_chart import aggregator_settings_of
 
     values = {
         "drain": {"enabled": True, "config": {"force": True}},
@@ -229,9 +229,7 @@ def test_central_drain_gives_the_drain_and_requeue_settings_to_the_aggregators_r
     assert settings.policy.drain is True and settings.drain_by == "aggregator"
     config = yaml.safe_load(config_text(objects))
     assert "drain" not in config and "requeue" not in config
-    path = tmp_path / "aggregator.yaml"
-    path.write_text(one(objects, "ConfigMap", "aggregator")["data"]["config.yaml"], encoding="utf-8")
-    remediator = load_aggregator_settings(path, environ={}, token="x" * 32).remediator  # token: a Secret's
+    remediator = aggregator_settings_of(objects, tmp_path).remediator
     assert remediator.orchestrator == "kubernetes"
     assert remediator.name == one(objects, "Deployment", "aggregator")["metadata"]["name"]
     assert remediator.drain.force is True

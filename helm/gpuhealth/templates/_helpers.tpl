@@ -514,6 +514,7 @@ tlsConfig:
 {{- end }}
 {{- if not (has $a.agentAuth.mode (list "serviceAccountToken" "sharedToken")) }}
 {{- fail (printf "aggregator.agentAuth.mode is %q: serviceAccountToken or sharedToken" $a.agentAuth.mode) }}
+{{- end }}
 {{- if not (has .Values.drain.by (list "aggregator" "agent")) }}
 {{- fail (printf "drain.by must be aggregator (the central remediator drains) or agent (each agent drains its own node), not %v" .Values.drain.by) }}
 {{- end }}
