@@ -212,7 +212,7 @@ class AggregatorSettings(BaseModel):
     repeat_offender_days: float = Field(default=7.0, gt=0, description="The repeat-offender period, in days.")
     db_pool_size: int = Field(default=10, ge=1, description="Database connections per aggregator process.")
     report_writers: int = Field(
-        default=4,
+        default=2,
         ge=1,
         le=32,
         description="Threads storing reports in parallel transactions on PostgreSQL (each waits on the "
