@@ -16,16 +16,16 @@ reaches the agent later.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
 from agent.permit_gate import PermitGate
 from gpuhealth.core.aggregator_api import CentralDrain as DrainRecord
-from gpuhealth.core.steps import ApplyReport, Drain, NodeFacts, Step, StepResult
+from gpuhealth.core.steps import Drain, NodeFacts, Step, StepResult
 from remediation.aggregator_client import AggregatorClient, AggregatorError, NotFound
-from remediation.executor import NodeExecutor
+from remediation.executor import NodeExecutor, WrappingExecutor
 
 log = structlog.get_logger(__name__)
 
@@ -167,12 +167,21 @@ class CentralDrain:
             self._seen = fresh[-1].seq
 
 
-class CentralDrainExecutor:
+class CentralDrainExecutor(WrappingExecutor):
     """The orchestrator's executor, with ``Drain`` ordered from the central remediator instead."""
 
     def __init__(self, wrapped: NodeExecutor, central: CentralDrain) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self.central = central
+
+    def takes(self, step: Step) -> bool:
+        return isinstance(step, Drain)
+
+    def apply_own(self, step: Step, *, dry_run: bool) -> StepResult:
+        assert isinstance(step, Drain)
+        if dry_run:
+            return StepResult(step, ok=True, detail="dry-run", attempts=0)
+        return self.central.start(step)
 
     def facts(self) -> NodeFacts:
         facts = self.wrapped.facts()
@@ -180,37 +189,6 @@ class CentralDrainExecutor:
         if state is None or not facts.exists:
             return facts
         return dataclasses.replace(facts, drained_incident=state.incident_id)
-
-    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
-        """The node's own steps go to the wrapped executor; a ``Drain`` is ordered (results in plan order)."""
-        report = ApplyReport()
-        batch: list[Step] = []
-        for step in steps:
-            if not isinstance(step, Drain):
-                batch.append(step)
-                continue
-            self._flush(batch, report, dry_run=dry_run)
-            if dry_run:
-                report.results.append(StepResult(step, ok=True, detail="dry-run", attempts=0))
-            else:
-                report.results.append(self.central.start(step))
-        self._flush(batch, report, dry_run=dry_run)
-        return report
-
-    def _flush(self, batch: list[Step], report: ApplyReport, *, dry_run: bool) -> None:
-        if batch:
-            report.results.extend(self.wrapped.apply(batch, dry_run=dry_run).results)
-            batch.clear()
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        return self.wrapped.wait_for_change(timeout_s)
-
-    def close(self) -> None:
-        self.wrapped.close()
-
-    @property
-    def synced(self) -> bool:
-        return self.wrapped.synced
 
     @property
     def can_drain(self) -> bool:
@@ -225,15 +203,3 @@ class CentralDrainExecutor:
 
     def wait_for_drain(self, timeout_s: float) -> bool:
         return self.central.wait(timeout_s)
-
-    @property
-    def problem(self) -> str | None:
-        return self.wrapped.problem
-
-    @property
-    def writes_total(self) -> int:
-        return self.wrapped.writes_total
-
-    @property
-    def requests_total(self) -> int:
-        return self.wrapped.requests_total

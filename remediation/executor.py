@@ -1,9 +1,10 @@
 """What the agent asks of an orchestrator executor, in full: the :class:`NodeExecutor` protocol.
 
 Both executors (``remediation.kubernetes.executor`` and ``remediation.nomad.executor``) implement every
-member, most of them through ``remediation.executor_common.ExecutorCommon``;
-``agent.recovery.executor.RecoveringExecutor`` wraps one and forwards each member by name. The loop calls
-nothing that is not declared here, so a new orchestrator knows exactly what to provide.
+member, most of them through ``remediation.executor_common.ExecutorCommon``. ``WrappingExecutor`` (below)
+is the base of the agent's wrappers (``agent.recovery.executor.RecoveringExecutor``,
+``agent.central_drain.CentralDrainExecutor``): each takes some steps itself and forwards the rest. The loop
+calls nothing that is not declared here, so a new orchestrator knows exactly what to provide.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gpuhealth.core.steps import ApplyReport, NodeFacts, Step
+from gpuhealth.core.steps import ApplyReport, NodeFacts, Step, StepResult
 
 
 class ExecutorSetupError(Exception):
@@ -108,3 +109,79 @@ class NodeExecutor(Protocol):
     def close(self) -> None:
         """Stop the watch and any drain thread; idempotent."""
         ...
+
+
+class WrappingExecutor:
+    """A :class:`NodeExecutor` around another one that takes some steps itself (``takes`` / ``apply_own``).
+
+    :meth:`apply` sends each run of the other steps to the wrapped executor at once and keeps the results in
+    plan order; every other member answers with the wrapped executor's answer until a subclass replaces it.
+    """
+
+    def __init__(self, wrapped: NodeExecutor) -> None:
+        self.wrapped = wrapped
+
+    def takes(self, step: Step) -> bool:
+        """Whether this wrapper performs ``step`` itself (by :meth:`apply_own`)."""
+        del step
+        return False
+
+    def apply_own(self, step: Step, *, dry_run: bool) -> StepResult:
+        """Perform one step this wrapper takes."""
+        raise NotImplementedError(type(step).__name__)
+
+    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
+        report = ApplyReport()
+        batch: list[Step] = []
+        for step in steps:
+            if not self.takes(step):
+                batch.append(step)
+                continue
+            self._flush(batch, report, dry_run=dry_run)
+            report.results.append(self.apply_own(step, dry_run=dry_run))
+        self._flush(batch, report, dry_run=dry_run)
+        return report
+
+    def _flush(self, batch: list[Step], report: ApplyReport, *, dry_run: bool) -> None:
+        if batch:
+            report.results.extend(self.wrapped.apply(batch, dry_run=dry_run).results)
+            batch.clear()
+
+    def facts(self) -> NodeFacts:
+        return self.wrapped.facts()
+
+    def wait_for_change(self, timeout_s: float) -> bool:
+        return self.wrapped.wait_for_change(timeout_s)
+
+    @property
+    def synced(self) -> bool:
+        return self.wrapped.synced
+
+    @property
+    def can_drain(self) -> bool:
+        return self.wrapped.can_drain
+
+    @property
+    def drain_state(self) -> DrainProgress | None:
+        return self.wrapped.drain_state
+
+    def drain_updates(self) -> Sequence[DrainNews]:
+        return self.wrapped.drain_updates()
+
+    def wait_for_drain(self, timeout_s: float) -> bool:
+        return self.wrapped.wait_for_drain(timeout_s)
+
+    @property
+    def problem(self) -> str | None:
+        return self.wrapped.problem
+
+    @property
+    def writes_total(self) -> int:
+        return self.wrapped.writes_total
+
+    @property
+    def requests_total(self) -> int:
+        return self.wrapped.requests_total
+
+    def close(self) -> None:
+        self.wrapped.close()

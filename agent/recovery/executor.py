@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
 
 import structlog
 
@@ -23,7 +22,6 @@ from agent.recovery.commands import CommandOutcome
 from agent.recovery.reset import GpuResetter
 from agent.recovery.validation import StoppableValidator
 from gpuhealth.core.steps import (
-    ApplyReport,
     NodeFacts,
     Reboot,
     Reset,
@@ -32,7 +30,7 @@ from gpuhealth.core.steps import (
     Validate,
     WithdrawReboot,
 )
-from remediation.executor import DrainNews, DrainProgress, NodeExecutor
+from remediation.executor import NodeExecutor, WrappingExecutor
 from remediation.recovery_plan import RecoveryRules, retry_delay_s
 
 log = structlog.get_logger(__name__)
@@ -136,12 +134,19 @@ def _what_next(attempt: int, rules: RecoveryRules) -> str:
     return f"next attempt in {retry_delay_s(attempt, rules):g} s"
 
 
-class RecoveringExecutor:
+class RecoveringExecutor(WrappingExecutor):
     """The orchestrator's executor, with the recovery steps sent to :class:`LocalRecovery` instead."""
 
     def __init__(self, wrapped: NodeExecutor, local: LocalRecovery) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self.local = local
+
+    def takes(self, step: Step) -> bool:
+        return isinstance(step, RecoveryStep)
+
+    def apply_own(self, step: Step, *, dry_run: bool) -> StepResult:
+        assert isinstance(step, RecoveryStep)
+        return self.local.apply(step, dry_run=dry_run)
 
     def facts(self) -> NodeFacts:
         facts = self.wrapped.facts()
@@ -155,64 +160,11 @@ class RecoveringExecutor:
             validation_running=self.local.validation.running,
         )
 
-    def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
-        """Each run of orchestrator steps goes to the wrapped executor at once; results keep plan order."""
-        report = ApplyReport()
-        batch: list[Step] = []
-        for step in steps:
-            if isinstance(step, Reset | Reboot | Validate | WithdrawReboot):
-                self._flush(batch, report, dry_run=dry_run)
-                report.results.append(self.local.apply(step, dry_run=dry_run))
-            else:
-                batch.append(step)
-        self._flush(batch, report, dry_run=dry_run)
-        return report
-
-    def _flush(self, batch: list[Step], report: ApplyReport, *, dry_run: bool) -> None:
-        if batch:
-            report.results.extend(self.wrapped.apply(batch, dry_run=dry_run).results)
-            batch.clear()
-
-    def wait_for_change(self, timeout_s: float) -> bool:
-        return self.wrapped.wait_for_change(timeout_s)
-
     def close(self) -> None:
         try:
             self.local.close()
         finally:
             self.wrapped.close()
-
-    # The rest of ``NodeExecutor``: the orchestrator executor's own answers.
-
-    @property
-    def synced(self) -> bool:
-        return self.wrapped.synced
-
-    @property
-    def can_drain(self) -> bool:
-        return self.wrapped.can_drain
-
-    @property
-    def drain_state(self) -> DrainProgress | None:
-        return self.wrapped.drain_state
-
-    def drain_updates(self) -> Sequence[DrainNews]:
-        return self.wrapped.drain_updates()
-
-    def wait_for_drain(self, timeout_s: float) -> bool:
-        return self.wrapped.wait_for_drain(timeout_s)
-
-    @property
-    def problem(self) -> str | None:
-        return self.wrapped.problem
-
-    @property
-    def writes_total(self) -> int:
-        return self.wrapped.writes_total
-
-    @property
-    def requests_total(self) -> int:
-        return self.wrapped.requests_total
 
 
 def _finished_drain(executor: NodeExecutor) -> str | None:
