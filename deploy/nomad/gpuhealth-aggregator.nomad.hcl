@@ -6,6 +6,8 @@
 #   nomad var put nomad/jobs/gpuhealth-aggregator/tls cert=@server.pem key=@server-key.pem
 #   nomad acl policy apply -namespace default -job gpuhealth-aggregator gpuhealth-aggregator \
 #       deploy/nomad/gpuhealth-aggregator.policy.hcl
+#   nomad acl policy apply -namespace default -job gpuhealth-aggregator gpuhealth-remediator \
+#       deploy/nomad/gpuhealth-remediator.policy.hcl
 #   nomad job run deploy/nomad/gpuhealth-aggregator.nomad.hcl
 
 variable "image" {
@@ -150,6 +152,17 @@ job "gpuhealth-aggregator" {
             nomad_token_file: /secrets/nomad_token
             nomad_audience: gpuhealth-aggregator
             nomad_agent_jobs: [gpuhealth-agent]
+            # The central remediator (docs/drain.md, "The central remediator"): drains nodes and restarts
+            # their batch jobs on the permits this aggregator grants, through the local client (forwarded
+            # to the servers) with this task's identity, which the gpuhealth-remediator policy lets do
+            # that. Agents with drain on order their own node's drain (drain_by: aggregator).
+            remediator:
+              orchestrator: nomad
+              name: gpuhealth-aggregator
+              nomad:
+                address: http://{{ env "NOMAD_HOST_IP_http" }}:4646
+                namespace: default
+                token_file: /secrets/nomad_token
           EOT
       }
 

@@ -362,6 +362,22 @@ def test_aggregator_reads_allocations_with_its_own_identity_and_nothing_more(
     assert labelled(policy["namespace"]) == {"default": {"capabilities": ["read-job"]}}
 
 
+def test_the_aggregator_drains_centrally_with_its_identity_through_its_nodes_client(
+    aggregator_job: AggregatorJob, tmp_path: Path, clean_environment: None
+) -> None:
+    """The remediator runs in the aggregator on Nomad, with the task's workload identity (the job's
+    gpuhealth-remediator policy) against the Nomad client of its own node, in the namespace the policy grants;
+    a restart resumes its drains (a stable name)."""
+    settings = aggregator_settings(aggregator_job, tmp_path)
+    remediator = settings.remediator
+    assert (remediator.orchestrator, remediator.name) == ("nomad", "gpuhealth-aggregator")
+    assert str(remediator.nomad.token_file) == f"{tmp_path / 'secrets'}/nomad_token"
+    assert remediator.nomad.namespace in labelled(load(REMEDIATOR_POLICY)["namespace"])
+    config = template_with_destination(aggregator_job.task, "local/aggregator.yaml")["data"]
+    assert 'address: http://{{ env "NOMAD_HOST_IP_http" }}:4646' in config
+    assert "gpuhealth-remediator.policy.hcl" in AGGREGATOR_JOB.read_text()
+
+
 def test_agents_verify_the_aggregator_with_the_ca_from_the_agent_jobs_variable(agent: AgentJob) -> None:
     template = template_with_destination(agent.task, "secrets/aggregator-ca.pem")
     assert f'nomadVar "nomad/jobs/{agent.name}"' in template["data"]

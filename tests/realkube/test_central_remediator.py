@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from control_plane import ControlPlane
 from helm_render import AGENT_ACCOUNT, NAMESPACE, render
-from kube_apply import Applier
+from kube_apply import apply_in_namespace
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from realkube import Cluster
@@ -45,15 +45,8 @@ def chart(control_plane: ControlPlane) -> list[dict[str, Any]]:
     """The chart with drain and requeue on: its identities, roles and policies applied server-side once."""
     api_client = control_plane.api_client()
     try:
-        try:
-            client.CoreV1Api(api_client).create_namespace({"metadata": {"name": NAMESPACE}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        applier = Applier(api_client)
         rendered = render(VALUES)
-        for obj in (o for o in rendered if o["kind"] in IDENTITY_KINDS):
-            applier.apply(obj, namespace=NAMESPACE)
+        apply_in_namespace(api_client, (o for o in rendered if o["kind"] in IDENTITY_KINDS), NAMESPACE)
         return rendered
     finally:
         api_client.close()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from control_plane import ControlPlane
 from helm_render import NAMESPACE, render
-from kube_apply import Applier
+from kube_apply import Applier, ensure_namespace
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from waiting import wait_until
@@ -36,12 +36,7 @@ VARIATIONS: dict[str, dict[str, Any]] = {
 def applier(control_plane: ControlPlane) -> Any:
     """An admin applier; the chart's namespace and the prometheus-operator CRDs exist."""
     api_client = control_plane.api_client()
-    core = client.CoreV1Api(api_client)
-    try:
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    ensure_namespace(api_client, NAMESPACE)
     made = Applier(api_client)
     crds = sorted(Path(control_plane.binaries.crd_dir).glob("*.yaml"))
     assert crds, f"no CRDs in {control_plane.binaries.crd_dir} (tools/build-control-plane.sh fetches them)"

@@ -13,9 +13,7 @@ import pytest
 import yaml
 from control_plane import ControlPlane
 from helm_render import NAMESPACE, render
-from kube_apply import Applier
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from kube_apply import apply_in_namespace
 from realkube import Cluster
 
 from aggregator.auth.kubernetes import TokenReviewAuthenticator
@@ -57,14 +55,7 @@ def chart() -> dict[str, Any]:
 def applied(control_plane: ControlPlane, chart: dict[str, Any]) -> dict[str, Any]:
     api_client = control_plane.api_client()
     try:
-        try:
-            client.CoreV1Api(api_client).create_namespace({"metadata": {"name": NAMESPACE}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        applier = Applier(api_client)
-        for obj in chart["objects"]:
-            applier.apply(obj, namespace=NAMESPACE)
+        apply_in_namespace(api_client, chart["objects"], NAMESPACE)
     finally:
         api_client.close()
     return chart

@@ -17,7 +17,7 @@ import pytest
 from control_plane import ControlPlane
 from dra_slices import gpu_slice
 from helm_render import AGENT_ACCOUNT, NAMESPACE, render
-from kube_apply import Applier
+from kube_apply import apply_in_namespace
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from realkube import Cluster
@@ -42,15 +42,7 @@ def policies(control_plane: ControlPlane) -> None:
     """The chart's identity, RBAC and admission objects with device taints on, applied server-side."""
     api_client = control_plane.api_client()
     try:
-        try:
-            client.CoreV1Api(api_client).create_namespace({"metadata": {"name": NAMESPACE}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        applier = Applier(api_client)
-        for obj in render(VALUES):
-            if obj["kind"] in KINDS:
-                applier.apply(obj, namespace=NAMESPACE)
+        apply_in_namespace(api_client, (o for o in render(VALUES) if o["kind"] in KINDS), NAMESPACE)
     finally:
         api_client.close()
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from control_plane import ControlPlane
 from helm_render import AGENT_ACCOUNT, AGENT_USER, NAMESPACE, render
-from kube_apply import Applier
+from kube_apply import Applier, apply_in_namespace
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from realkube import Cluster, RealGpuNode
@@ -44,17 +44,9 @@ def chart_policies(control_plane: ControlPlane) -> list[dict[str, Any]]:
     """The chart's identity, RBAC and admission objects (default values), applied server-side once."""
     api_client = control_plane.api_client()
     try:
-        core = client.CoreV1Api(api_client)
-        try:
-            core.create_namespace({"metadata": {"name": NAMESPACE}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        applier = Applier(api_client)
         objects = [obj for obj in render() if obj["kind"] in POLICY_KINDS]
         assert {obj["kind"] for obj in objects} == set(POLICY_KINDS)
-        for obj in objects:
-            applier.apply(obj, namespace=NAMESPACE)
+        apply_in_namespace(api_client, objects, NAMESPACE)
         return objects
     finally:
         api_client.close()
