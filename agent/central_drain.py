@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import structlog
 
 from agent.permit_gate import PermitGate
+from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES
 from gpuhealth.core.aggregator_api import CentralDrain as DrainRecord
 from gpuhealth.core.steps import Drain, NodeFacts, Step, StepResult
 from remediation.aggregator_client import AggregatorClient, AggregatorError, NotFound
+from remediation.background_drain import DrainPhase
 from remediation.executor import NodeExecutor, WrappingExecutor
 
 log = structlog.get_logger(__name__)
 
-RUNNING = "running"
-OPEN_PHASES = frozenset({"requested", RUNNING})
 UNREACHABLE_RETRY_S = 30.0  # after a failed read, the drain is read again this much later
 
 
@@ -157,7 +157,7 @@ class CentralDrain:
         return True
 
     def _take(self, answer: DrainRecord, incident_id: str) -> None:
-        phase = RUNNING if answer.phase in OPEN_PHASES else answer.phase
+        phase = DrainPhase.RUNNING if answer.phase in OPEN_DRAIN_PHASES else answer.phase
         finished = answer.finished_at is not None
         self._progress = CentralProgress(incident_id, phase, answer.permit_id, finished)
         fresh = [item for item in answer.news if item.seq > self._seen]

@@ -29,20 +29,26 @@ from datetime import UTC, datetime
 
 import structlog
 
-from agent.state_machine import MANUAL_QUARANTINE
+from agent.state_machine import (
+    ALL_CHECKS_PASSED,
+    DIAGNOSTIC_RUNNING,
+    MANUAL_QUARANTINE,
+    NO_READING_YET,
+)
 from gpuhealth.core.aggregator_api import IncidentSummary, NodeDetail, Permit
 from gpuhealth.core.findings import Action, Finding, Status, worst_action
 from gpuhealth.core.health import Incident
 from gpuhealth.core.plan_memory import RemediationMemory
 from gpuhealth.core.steps import NodeFacts
+from remediation.plan import TESTING_TAINT
 
 log = structlog.get_logger(__name__)
 
 STATE_RESTORED = "STATE_RESTORED"
 """Code of the finding that stands for an incident read back after the state file was lost."""
 _OUT_OF_SERVICE_LABELS = frozenset({"unhealthy", "quarantined"})
-_NOT_INCIDENT_TAINTS = frozenset({"testing"})  # a deep diagnostic's taint: no incident behind it
-_NOT_INCIDENT_REASONS = frozenset({"AllChecksPassed", "NoReadingYet", "DiagnosticRunning", "Unknown"})
+_NOT_INCIDENT_TAINTS = frozenset({TESTING_TAINT})  # a deep diagnostic's taint: no incident behind it
+_NOT_INCIDENT_REASONS = frozenset({ALL_CHECKS_PASSED, NO_READING_YET, DIAGNOSTIC_RUNNING, "Unknown"})
 _ID_START = re.compile(r"-(\d{8}T\d{6}Z)-[0-9a-f]+$")
 _QUARANTINE_PREFIX = "quarantined by hand: "
 

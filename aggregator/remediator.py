@@ -27,11 +27,10 @@ from aggregator.remediator_settings import RemediatorSettings
 from aggregator.settings import AggregatorSettings
 from aggregator.store import drains
 from aggregator.store.engine import Database
+from remediation.background_drain import DrainPhase
 from remediation.executor import DrainNews, DrainProgress
 
 log = structlog.get_logger(__name__)
-
-RUNNING = "running"  # DrainPhase.RUNNING, compared by value (no orchestrator import here)
 
 
 class NodeDrain(Protocol):
@@ -55,7 +54,7 @@ DrainFactory = Callable[[str], NodeDrain]
 class _Running:
     claimed: drains.Claimed
     drain: NodeDrain
-    phase: str = RUNNING
+    phase: str = DrainPhase.RUNNING
 
 
 class Remediator:
@@ -141,7 +140,7 @@ class Remediator:
         how = "resumed" if order.resumed else "started"
         detail = f"drain {how} by remediator {self.owner}"
         with self._db.write() as conn:
-            drains.progress(conn, order.permit_id, self.owner, now, phase=RUNNING, detail=detail)
+            drains.progress(conn, order.permit_id, self.owner, now, phase=DrainPhase.RUNNING, detail=detail)
         self._log.info(
             "central_drain_" + how, node=order.node, permit=order.permit_id, incident=order.incident_id,
             answer=answer,
@@ -152,7 +151,7 @@ class Remediator:
             news = [(item.ok, item.detail, item.requeue) for item in running.drain.updates()]
             ended = running.drain.wait(0)  # the thread ended: the drain and its requeue are done
             state = running.drain.state
-            phase = str(state.phase) if state is not None else RUNNING
+            phase = str(state.phase) if state is not None else DrainPhase.RUNNING
             if not news and phase == running.phase and not ended:
                 continue
             detail = news[-1][1] if news else None

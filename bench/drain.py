@@ -46,9 +46,8 @@ from typing import Any
 from kubernetes import client
 from sqlalchemy import create_engine, func, select
 
-from aggregator.store.drains import OPEN_PHASES
 from aggregator.store.tables import drains
-from gpuhealth.core.aggregator_api import Report
+from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES, Report
 from gpuhealth.core.clock import RealClock
 from gpuhealth.core.findings import Action
 from gpuhealth.core.logging import configure_logging
@@ -263,7 +262,7 @@ def _central_drains(
         aggregator.request_permit(node, Action.DRAIN_AND_RESET, incident_id=f"bench-{node}") for node in names
     ]
     engine = create_engine(f"sqlite:///{database}")
-    open_drains = select(func.count()).select_from(drains).where(drains.c.phase.in_(OPEN_PHASES))
+    open_drains = select(func.count()).select_from(drains).where(drains.c.phase.in_(OPEN_DRAIN_PHASES))
     started = time.perf_counter()
     for permit in permits:
         aggregator.order_drain(permit.id, deadline_s=DEADLINE_S)

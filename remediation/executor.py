@@ -9,6 +9,7 @@ calls nothing that is not declared here, so a new orchestrator knows exactly wha
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -111,7 +112,7 @@ class NodeExecutor(Protocol):
         ...
 
 
-class WrappingExecutor:
+class WrappingExecutor(ABC):
     """A :class:`NodeExecutor` around another one that takes some steps itself (``takes`` / ``apply_own``).
 
     :meth:`apply` sends each run of the other steps to the wrapped executor at once and keeps the results in
@@ -121,14 +122,13 @@ class WrappingExecutor:
     def __init__(self, wrapped: NodeExecutor) -> None:
         self.wrapped = wrapped
 
+    @abstractmethod
     def takes(self, step: Step) -> bool:
         """Whether this wrapper performs ``step`` itself (by :meth:`apply_own`)."""
-        del step
-        return False
 
+    @abstractmethod
     def apply_own(self, step: Step, *, dry_run: bool) -> StepResult:
         """Perform one step this wrapper takes."""
-        raise NotImplementedError(type(step).__name__)
 
     def apply(self, steps: Sequence[Step], *, dry_run: bool = False) -> ApplyReport:
         report = ApplyReport()

@@ -30,13 +30,13 @@ from gpuhealth.core.steps import (
     Validate,
     WithdrawReboot,
 )
+from remediation.background_drain import DrainPhase
 from remediation.executor import NodeExecutor, WrappingExecutor
 from remediation.recovery_plan import RecoveryRules, retry_delay_s
 
 log = structlog.get_logger(__name__)
 
 RecoveryStep = Reset | Reboot | Validate | WithdrawReboot
-_RUNNING = "running"  # DrainPhase.RUNNING of a background drain (compared by value: no orchestrator import)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +170,7 @@ class RecoveringExecutor(WrappingExecutor):
 def _finished_drain(executor: NodeExecutor) -> str | None:
     """The incident whose background drain has ended (complete, incomplete or failed), if any."""
     state = executor.drain_state
-    if state is None or str(state.phase) == _RUNNING:
+    if state is None or str(state.phase) == DrainPhase.RUNNING:
         return None
     return state.incident_id
 

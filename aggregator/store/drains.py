@@ -21,9 +21,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select, update
 
 from aggregator.store.tables import drains, permits
-from gpuhealth.core.aggregator_api import CentralDrain, DrainNewsItem
+from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem
 
-OPEN_PHASES = ("requested", "running")
 MAX_NEWS = 50  # a drain reports a handful of lines (started, outcome, requeue): more is a bug, not history
 
 
@@ -92,7 +91,7 @@ def latest_of(conn: Connection, node: str) -> CentralDrain | None:
 def any_open(conn: Connection) -> bool:
     """Whether any drain waits for a remediator or runs."""
     return (
-        conn.execute(select(drains.c.permit_id).where(drains.c.phase.in_(OPEN_PHASES)).limit(1)).first()
+        conn.execute(select(drains.c.permit_id).where(drains.c.phase.in_(OPEN_DRAIN_PHASES)).limit(1)).first()
         is not None
     )
 
@@ -106,7 +105,7 @@ def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit:
     rows = conn.execute(
         select(drains)
         .join(permits, permits.c.id == drains.c.permit_id)
-        .where(drains.c.phase.in_(OPEN_PHASES), free, _permit_matches(now))
+        .where(drains.c.phase.in_(OPEN_DRAIN_PHASES), free, _permit_matches(now))
         .order_by(drains.c.requested_at)
         .limit(limit)
     ).all()
@@ -115,7 +114,7 @@ def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit:
     for row in rows:
         won = conn.execute(
             update(drains)
-            .where(drains.c.permit_id == row.permit_id, drains.c.phase.in_(OPEN_PHASES), free)
+            .where(drains.c.permit_id == row.permit_id, drains.c.phase.in_(OPEN_DRAIN_PHASES), free)
             .values(owner=owner, lease_until=until, updated_at=now)
         ).rowcount
         if won == 1:  # another remediator may have taken it between the read and the update

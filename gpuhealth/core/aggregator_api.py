@@ -307,6 +307,8 @@ class Permit(_Wire):
 
 
 DrainPhaseName = Literal["requested", "running", "complete", "incomplete", "failed"]
+OPEN_DRAIN_PHASES: tuple[DrainPhaseName, ...] = ("requested", "running")
+"""A central drain not ended yet: ordered and waiting for a remediator, or running."""
 
 
 class DrainOrder(_Body):

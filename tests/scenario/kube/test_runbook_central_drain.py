@@ -25,8 +25,8 @@ from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
 from agent.wiring import build_agent
 from aggregator.remediator import Remediator
-from aggregator.store import drains
 from aggregator.store.tables import drains as drains_table
+from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES
 from gpuhealth.core.clock import ManualClock, RealClock, utc_now
 from gpuhealth.core.steps import Drain, Requeue
 from remediation.aggregator_client import AggregatorClient, NotFound, PermitLapsed
@@ -292,7 +292,7 @@ def _take_and_crash(world: World) -> None:
             assert changed == 1
     finally:
         engine.dispose()
-    assert drains.OPEN_PHASES == ("requested", "running")
+    assert OPEN_DRAIN_PHASES == ("requested", "running")
 
 
 def test_a_restarted_agent_follows_the_drain_its_previous_process_ordered(world: World) -> None:
