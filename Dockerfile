@@ -11,16 +11,17 @@
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 # --- build: the wheels of gpuhealth and of every dependency (binary wheels: no compiler anywhere) ---------
+# The simulator (sim/, a distribution of its own: the demo and the test bench) is not part of the image.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gpuhealth ./gpuhealth
+COPY core ./core
 COPY agent ./agent
 COPY checks ./checks
 COPY remediation ./remediation
 COPY aggregator ./aggregator
-COPY sim ./sim
 RUN pip wheel --only-binary=:all: --no-binary=gpuhealth --wheel-dir /wheels .
 
 # --- the image: the installed wheels, nothing of the source tree, the build stage or pip's cache ---------

@@ -21,21 +21,21 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from agent.metrics import AgentMetrics
-from agent.permit_gate import PermitGate, split_at_first_permit, withhold_unpermitted
 from agent.recovery.settle import settle_recovery
-from agent.sources import NodeChangeRelay, XidFeed
-from agent.state_machine import HealthStateMachine
-from agent.state_recovery import LostState
-from agent.state_store import StateStore, StateStoreError
+from agent.sources.wakeups import NodeChangeRelay, XidFeed
+from agent.state.machine import HealthStateMachine
+from agent.state.resume import LostState
+from agent.state.store import StateStore, StateStoreError
+from agent.telemetry.metrics import AgentMetrics
+from agent.uplink.permit_gate import PermitGate, split_at_first_permit, withhold_unpermitted
 from checks.config import ChecksConfig
 from checks.dcgm import merge_findings
 from checks.runner import run_checks
-from gpuhealth.core.clock import Clock, RealClock
-from gpuhealth.core.findings import Finding, Verdict
-from gpuhealth.core.health import NodeHealth
-from gpuhealth.core.snapshot import NodeSnapshot
-from gpuhealth.core.steps import (
+from core.clock import Clock, RealClock
+from core.findings import Finding, Verdict
+from core.health import NodeHealth
+from core.snapshot import NodeSnapshot
+from core.steps import (
     ApplyReport,
     Drain,
     EmitEvent,
@@ -45,13 +45,13 @@ from gpuhealth.core.steps import (
     Step,
     StepResult,
 )
-from remediation.executor import NodeExecutor
-from remediation.plan import PlanResult, RemediationMemory, RemediationPolicy, plan
-from remediation.recovery_plan import RecoveryRules
+from remediation.executor.contract import NodeExecutor
+from remediation.plan.planner import PlanResult, RemediationMemory, RemediationPolicy, plan
+from remediation.plan.recovery import RecoveryRules
 
 if TYPE_CHECKING:
-    from agent.aggregator_link import AggregatorLink
-    from agent.diagnostics import DiagnosticsRunner
+    from agent.diagnostics.runner import DiagnosticsRunner
+    from agent.uplink.link import AggregatorLink
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +106,7 @@ class AgentParts:
     permits: PermitGate | None = None  # None: nothing beyond mark + taint is ever permitted
     recovery: RecoveryRules | None = None  # None: no reset / reboot / validation (agent/recovery/)
     finding_sources: tuple[FindingSource, ...] = ()  # dcgm-exporter, dcgmi: merged with the checks'
-    diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics.py)
+    diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics/runner.py)
     lost_state: LostState | None = None  # the state file was lost: read the incident back (state_recovery)
 
 
@@ -206,7 +206,7 @@ class Agent:
 
     def _resume_lost_incident(self) -> None:
         """The state file was lost: on the first pass that can read the node, continue the incident that
-        its marks and the aggregator's record show, so no quarantine is lifted (agent/state_recovery.py)."""
+        its marks and the aggregator's record show, so no quarantine is lifted (agent/state/resume.py)."""
         lost = self.parts.lost_state
         if lost is None:
             return

@@ -19,17 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
-from agent.diagnostics_settings import DiagnosticsSettings
+from agent.diagnostics.settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from checks.config import ChecksConfig
-from gpuhealth.core.aggregator_api import NODE_NAME_RULE, is_accepted_node_name
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.requeue import RequeuePolicy
+from core.aggregator_api import NODE_NAME_RULE, is_accepted_node_name
+from remediation.executor.token_source import token_from_env_or_file
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from remediation.kubernetes.settings import RetrySettings
 from remediation.nomad.settings import NomadSettings
-from remediation.plan import RemediationPolicy
-from remediation.token_source import token_from_env_or_file
+from remediation.plan.planner import RemediationPolicy
 
 ENV_PREFIX = "GPUHEALTH_"
 ENV_NESTED_DELIMITER = "__"

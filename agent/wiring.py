@@ -18,23 +18,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-from agent.aggregator_link import AggregatorLink
-from agent.backends.dcgm_exporter import ExporterSource
-from agent.backends.dcgmi import DcgmiHealthSource, DcgmiProcesses, DiagRun, run_diag
+from agent.backends.dcgm.dcgmi import DcgmiHealthSource, DcgmiProcesses, DiagRun, run_diag
+from agent.backends.dcgm.exporter import ExporterSource
 from agent.backends.kernel_log import JournalFollower, KmsgFollower
-from agent.backends.nvml import NvmlLibrary
-from agent.backends.nvml_backend import NvmlBackend
-from agent.backends.xid_watcher import XidBuffer, XidWatcher
-from agent.central_drain import CentralDrain, CentralDrainExecutor
-from agent.diagnostics import DiagnosticsRunner, IdleProbe
-from agent.diagnostics_state import DiagnosticsStore
-from agent.fabric import FabricEvents, FabricSource, FabricTrends
+from agent.backends.nvml.backend import NvmlBackend
+from agent.backends.nvml.seam import NvmlLibrary
+from agent.backends.nvml.xid_watcher import XidBuffer, XidWatcher
+from agent.diagnostics.runner import DiagnosticsRunner, IdleProbe
+from agent.diagnostics.state import DiagnosticsStore
 from agent.loop import Agent, AgentParts, FindingSource
-from agent.metrics import AgentMetrics
-from agent.permit_gate import PermitGate
 from agent.recovery.actions import NodeActions
 from agent.recovery.wiring import with_recovery
-from agent.report_outbox import ReportOutbox
 from agent.settings import (
     AGGREGATOR_TOKEN_ENV,
     AgentSettings,
@@ -43,21 +37,27 @@ from agent.settings import (
     SettingsError,
     aggregator_token,
 )
-from agent.sources import EventThread, XidCallback, XidFeed
-from agent.state_machine import HealthStateMachine
-from agent.state_recovery import AggregatorRecord, LostState, record_from
-from agent.state_store import StateStore
-from gpuhealth.core.clock import Clock, RealClock
-from gpuhealth.core.gpu_pods import DraKey, GpuPodMap
-from gpuhealth.core.plan_memory import RemediationMemory
-from remediation.aggregator_client import AggregatorClient, AggregatorError, NotFound, tls_context
-from remediation.executor import NodeExecutor
-from remediation.executor_problem import ExecutorProblemFindings
+from agent.sources.fabric import FabricEvents, FabricSource, FabricTrends
+from agent.sources.wakeups import EventThread, XidCallback, XidFeed
+from agent.state.machine import HealthStateMachine
+from agent.state.resume import AggregatorRecord, LostState, record_from
+from agent.state.store import StateStore
+from agent.telemetry.metrics import AgentMetrics
+from agent.uplink.central_drain import CentralDrain, CentralDrainExecutor
+from agent.uplink.client import AggregatorClient, AggregatorError, NotFound, tls_context
+from agent.uplink.link import AggregatorLink
+from agent.uplink.outbox import ReportOutbox
+from agent.uplink.permit_gate import PermitGate
+from core.clock import Clock, RealClock
+from core.gpu_pods import DraKey, GpuPodMap
+from core.plan_memory import RemediationMemory
+from remediation.executor.contract import NodeExecutor
+from remediation.executor.problem import ExecutorProblemFindings
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from remediation.kubernetes.drain_runner import DrainSetup
+    from remediation.kubernetes.drain.runner import DrainSetup
 
 log = structlog.get_logger(__name__)
 
@@ -288,7 +288,7 @@ def _ensure_directory(path: Path) -> None:
 
 
 def _real_library() -> NvmlLibrary:
-    from agent.backends.nvml import real_library
+    from agent.backends.nvml.seam import real_library
 
     return real_library()
 
@@ -365,7 +365,7 @@ def drain_setup(settings: AgentSettings, clock: Clock) -> DrainSetup | None:
     or the central remediator drains (``drain_by: aggregator``)."""
     if not drains_itself(settings):
         return None
-    from remediation.kubernetes.drain_runner import DrainSetup
+    from remediation.kubernetes.drain.runner import DrainSetup
 
     return DrainSetup(
         drain_policy=settings.drain,

@@ -8,7 +8,7 @@ import sys
 from aggregator.server import serve
 from aggregator.settings import SettingsError, load_settings
 from aggregator.store.engine import StoreError
-from gpuhealth.core.logging import configure_logging
+from core.logging import configure_logging
 
 
 def main() -> int:

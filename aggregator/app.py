@@ -37,7 +37,7 @@ from aggregator.store import audit, diag_requests, drains
 from aggregator.store import requests as node_requests
 from aggregator.store.engine import Database, open_database
 from aggregator.timespec import TimeSpecError, parse_since
-from gpuhealth.core.aggregator_api import (
+from core.aggregator_api import (
     NODE_NAME_PATTERN,
     STALE,
     AuditEntry,
@@ -63,8 +63,8 @@ from gpuhealth.core.aggregator_api import (
     Report,
     ReportAck,
 )
-from gpuhealth.core.clock import utc_now
-from gpuhealth.core.health import NodeState
+from core.clock import utc_now
+from core.health import NodeState
 
 log = structlog.get_logger(__name__)
 

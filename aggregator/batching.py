@@ -26,7 +26,7 @@ import structlog
 from aggregator.ingest import NodeBatch, ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import Database
-from gpuhealth.core.aggregator_api import Report, ReportAck
+from core.aggregator_api import Report, ReportAck
 
 log = structlog.get_logger(__name__)
 

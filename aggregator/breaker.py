@@ -17,7 +17,7 @@ from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, fleet_control, nodes
-from gpuhealth.core.aggregator_api import BreakerStatus
+from core.aggregator_api import BreakerStatus
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from aggregator.auth.chain import Caller
 from aggregator.auth.dependencies import Access
 from aggregator.auth.principal import Role
 from aggregator.store.engine import Database
-from gpuhealth.core.aggregator_api import GridNode, WhoAmI
+from core.aggregator_api import GridNode, WhoAmI
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 PAGE_HEADERS = {

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, select
 
 from aggregator.store.common import record_event
 from aggregator.store.tables import drains, incidents, nodes, permits, requests
-from gpuhealth.core.aggregator_api import NodeForgotten
+from core.aggregator_api import NodeForgotten
 
 log = structlog.get_logger(__name__)
 

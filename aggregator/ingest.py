@@ -19,9 +19,9 @@ from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import insert_ignoring_conflict, record_event
 from aggregator.store.tables import events, incidents, nodes, requests
-from gpuhealth.core.aggregator_api import BAD_STATES, Report, ReportAck
-from gpuhealth.core.findings import Action
-from gpuhealth.core.health import NodeState
+from core.aggregator_api import BAD_STATES, Report, ReportAck
+from core.findings import Action
+from core.health import NodeState
 
 log = structlog.get_logger(__name__)
 

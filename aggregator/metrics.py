@@ -18,7 +18,7 @@ from sqlalchemy import case, func, select
 from aggregator import permits
 from aggregator.store.engine import Database
 from aggregator.store.tables import alert_deliveries, fleet_control, incidents, nodes
-from gpuhealth.core.aggregator_api import STALE
+from core.aggregator_api import STALE
 
 UNDELIVERED = ("pending", "dead")
 

@@ -22,7 +22,7 @@ from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, nodes, permits
-from gpuhealth.core.aggregator_api import BudgetStatus, Permit, PermitRefusal, PermitRequest
+from core.aggregator_api import BudgetStatus, Permit, PermitRefusal, PermitRequest
 
 log = structlog.get_logger(__name__)
 

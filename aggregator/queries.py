@@ -12,7 +12,7 @@ from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import event_from_row
 from aggregator.store.tables import events, incidents, nodes
-from gpuhealth.core.aggregator_api import (
+from core.aggregator_api import (
     STALE,
     Event,
     FleetSummary,
@@ -22,7 +22,7 @@ from gpuhealth.core.aggregator_api import (
     NodeDetail,
     NodeSummary,
 )
-from gpuhealth.core.health import NodeState
+from core.health import NodeState
 
 MAX_EVENTS = 1000
 MAX_NODES_PAGE = 10_000  # a page of the node list: all of a 10,000-node fleet in one answer

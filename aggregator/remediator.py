@@ -27,14 +27,14 @@ from aggregator.remediator_settings import RemediatorSettings
 from aggregator.settings import AggregatorSettings
 from aggregator.store import drains
 from aggregator.store.engine import Database
-from remediation.background_drain import DrainPhase
-from remediation.executor import DrainNews, DrainProgress
+from remediation.executor.background_drain import DrainPhase
+from remediation.executor.contract import DrainNews, DrainProgress
 
 log = structlog.get_logger(__name__)
 
 
 class NodeDrain(Protocol):
-    """An orchestrator's drain of one node (``remediation.background_drain.BackgroundDrain``)."""
+    """An orchestrator's drain of one node (``remediation.executor.background_drain.BackgroundDrain``)."""
 
     @property
     def state(self) -> DrainProgress | None: ...

@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.requeue import RequeuePolicy
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from remediation.nomad.settings import NomadSettings
 
 

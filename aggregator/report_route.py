@@ -27,7 +27,7 @@ from aggregator.auth.dependencies import Access
 from aggregator.auth.rules import require_agent_of
 from aggregator.batching import ReportWriter
 from aggregator.metrics import AggregatorMetrics
-from gpuhealth.core.aggregator_api import Report, ReportAck
+from core.aggregator_api import Report, ReportAck
 
 REPORTS_PATH = "/v1/reports"
 

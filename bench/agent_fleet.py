@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from agent.wiring import build_agent
 from remediation.kubernetes.executor import KubernetesExecutor
+from sim.fakes.nvml import FakeNvml
 
 
 class ApiServer(Protocol):

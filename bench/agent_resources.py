@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.backends.fake_infiniband import FakeInfiniband
-from agent.backends.fake_nvml import FakeNvml
 from agent.settings import AgentSettings, FabricSettings, HttpSettings, KubernetesSettings
 from agent.wiring import build_agent
-from gpuhealth.core.logging import configure_logging
+from core.logging import configure_logging
+from sim.fakes.infiniband import FakeInfiniband
+from sim.fakes.nvml import FakeNvml
 
 FULL_SECONDS, QUICK_SECONDS = 300.0, 30.0
 WARMUP_S = 12.0
@@ -94,7 +94,7 @@ def run(seconds: float) -> dict[str, Any]:
 
 
 def _measure(root: Path, kubeconfig: Path, seconds: float) -> dict[str, Any]:
-    from agent.http import AgentHttpServer
+    from agent.telemetry.http import AgentHttpServer
 
     rss_before = rss_bytes()
     infiniband = FakeInfiniband(root / "sysfs-infiniband", IB_PORTS)

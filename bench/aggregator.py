@@ -34,9 +34,9 @@ import yaml
 from aggregator.ingest import ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import open_database
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import utc_now
-from gpuhealth.core.logging import configure_logging
+from core.aggregator_api import Report
+from core.clock import utc_now
+from core.logging import configure_logging
 
 TOKEN = "bench-token-" + "0" * 32  # a throw-away token for a local benchmark server
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from bench.agent_fleet import FleetNode, agent_fleet
-from gpuhealth.core.logging import configure_logging
+from core.logging import configure_logging
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 

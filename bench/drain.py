@@ -46,17 +46,17 @@ from typing import Any
 from kubernetes import client
 from sqlalchemy import create_engine, func, select
 
+from agent.uplink.client import AggregatorClient
 from aggregator.store.tables import drains
-from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES, Report
-from gpuhealth.core.clock import RealClock
-from gpuhealth.core.findings import Action
-from gpuhealth.core.logging import configure_logging
-from remediation.aggregator_client import AggregatorClient
+from core.aggregator_api import OPEN_DRAIN_PHASES, Report
+from core.clock import RealClock
+from core.findings import Action
+from core.logging import configure_logging
 from remediation.kubernetes.central import POOL_CONNECTIONS, CentralDrains
-from remediation.kubernetes.drain import Drainer
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.drain_report import DrainReport
-from remediation.kubernetes.requeue import RequeuePolicy
+from remediation.kubernetes.drain.drainer import Drainer
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.drain.report import DrainReport
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from sim.aggregator_process import AggregatorServer
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim

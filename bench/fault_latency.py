@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.loop import Agent
 from bench.agent_fleet import percentile
-from gpuhealth.core.logging import configure_logging
+from core.logging import configure_logging
 
 FULL_NODES, QUICK_NODES = 50, 10
 FULL_INJECTIONS, QUICK_INJECTIONS = 200, 30

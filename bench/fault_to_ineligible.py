@@ -24,12 +24,12 @@ from typing import Any
 
 import requests
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from agent.wiring import build_agent
 from bench.fault_latency import latency_summary, run_cli, wait_until_watching
+from sim.fakes.nvml import FakeNvml
 from sim.nomad.harness import NomadSim
 from sim.nomad.model import node_names
 

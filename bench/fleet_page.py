@@ -27,8 +27,8 @@ import structlog
 from aggregator.ingest import ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import open_database
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import ManualClock, utc_now
+from core.aggregator_api import Report
+from core.clock import ManualClock, utc_now
 from sim.aggregator_process import AggregatorServer
 
 GPUS = 8

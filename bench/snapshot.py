@@ -18,13 +18,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.backends.fake_infiniband import FakeInfiniband
-from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml_backend import NvmlBackend
-from agent.fabric import FabricSource, FabricTrends
+from agent.backends.nvml.backend import NvmlBackend
+from agent.sources.fabric import FabricSource, FabricTrends
 from checks.config import ChecksConfig
 from checks.fabric import check_fabric
-from gpuhealth.core.logging import configure_logging
+from core.logging import configure_logging
+from sim.fakes.infiniband import FakeInfiniband
+from sim.fakes.nvml import FakeNvml
 
 FULL_RUNS = 2000
 QUICK_RUNS = 200
@@ -34,7 +34,7 @@ WARMUP_RUNS = 20
 NOTE = (
     "measured against the in-process fake NVML, so this is gpuhealth's own overhead per snapshot; "
     "real NVML calls on hardware cost more (each is a driver round trip), run "
-    "'python -m agent.backends.nvml --probe' and 'gpuhealth snapshot' on a GPU node for those"
+    "'python -m agent.backends.nvml.seam --probe' and 'gpuhealth snapshot' on a GPU node for those"
 )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from checks.config import ChecksConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import GpuSnapshot, NodeSnapshot
 
 CheckFunction = Callable[[NodeSnapshot, ChecksConfig], list[Finding]]
 """A check: a pure function from one snapshot and the settings to its findings (no I/O)."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuhealth.core.findings import Action
+from core.findings import Action
 
 DATACENTER_GPU_PATTERNS: tuple[str, ...] = (
     "A100",

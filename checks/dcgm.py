@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from checks.base import warn_or_fail
-from gpuhealth.core.findings import Action, Finding, Status
+from core.findings import Action, Finding, Status
 
 
 class Grade(StrEnum):

@@ -18,8 +18,8 @@ from checks.memory import check_ecc, check_row_remap
 from checks.pcie import check_pcie
 from checks.runner import CHECKS, RegisteredCheck
 from checks.xid import check_xid
-from gpuhealth.core.findings import Finding
-from gpuhealth.core.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
+from core.findings import Finding
+from core.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
 
 CHECK = "dcgm_exporter"
 NO_HEALTH_SERIES_CODE = "DCGM_EXPORTER_NO_HEALTH_SERIES"

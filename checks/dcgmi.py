@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from checks.dcgm import Grade, diag_finding, grade_from_text, health_finding
-from gpuhealth.core.findings import Finding
+from core.findings import Finding
 
 CHECK_HEALTH = "dcgm_health"
 

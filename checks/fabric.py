@@ -29,8 +29,8 @@ from datetime import datetime, timedelta
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, FabricConfig
-from gpuhealth.core.findings import Action, Finding
-from gpuhealth.core.snapshot import GpuSnapshot, IbPort, LinkEvent, NodeSnapshot, SxidEvent
+from core.findings import Action, Finding
+from core.snapshot import GpuSnapshot, IbPort, LinkEvent, NodeSnapshot, SxidEvent
 
 INFINIBAND = "infiniband"
 """Check family of the port faults: they break multi-node jobs only (the label policy routes on)."""

@@ -12,8 +12,8 @@ import re
 
 from checks.base import gpu_finding
 from checks.config import ChecksConfig, EccConfig, RetiredPagesConfig, RowRemapConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import GpuSnapshot, NodeSnapshot
 
 
 def check_ecc(snapshot: NodeSnapshot, config: ChecksConfig) -> list[Finding]:

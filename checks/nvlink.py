@@ -16,8 +16,8 @@ import re
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, NvlinkConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, NvLinkState
+from core.findings import Action, Finding, Status
+from core.snapshot import GpuSnapshot, NodeSnapshot, NvLinkState
 
 CHECK = "nvlink"
 

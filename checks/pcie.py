@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, PcieConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import GpuSnapshot, NodeSnapshot
 
 CHECK = "pcie"
 

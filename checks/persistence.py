@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from checks.base import gpu_finding
 from checks.config import ChecksConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import NodeSnapshot
 
 CHECK = "persistence"
 

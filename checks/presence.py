@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import GpuSnapshot, NodeSnapshot
 
 CHECK = "presence"
 

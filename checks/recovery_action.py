@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from checks.base import gpu_label
 from checks.config import ChecksConfig
 from checks.xid_catalogue import status_for_action
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import NodeSnapshot
 
 CHECK = "recovery_action"
 

@@ -18,8 +18,8 @@ from checks.presence import check_presence
 from checks.recovery_action import check_recovery_action
 from checks.thermal import check_thermal
 from checks.xid import check_xid
-from gpuhealth.core.findings import Action, Finding, Status, Verdict
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.findings import Action, Finding, Status, Verdict
+from core.snapshot import NodeSnapshot
 
 log = structlog.get_logger(__name__)
 

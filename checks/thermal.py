@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from checks.base import gpu_finding
 from checks.config import ChecksConfig, ThermalConfig
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import GpuSnapshot, NodeSnapshot
 
 CHECK = "thermal"
 

@@ -31,8 +31,8 @@ from checks.base import gpu_label
 from checks.config import ChecksConfig
 from checks.recovery_action import action_for_value, recovery_change_from_message, value_name
 from checks.xid_catalogue import lookup, status_for_action
-from gpuhealth.core.findings import Action, Finding
-from gpuhealth.core.snapshot import NodeSnapshot, XidEvent, pci_key
+from core.findings import Action, Finding
+from core.snapshot import NodeSnapshot, XidEvent, pci_key
 
 CHECK = "xid"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpuhealth.core.findings import Action, Status
+from core.findings import Action, Status
 
 
 class Bucket(StrEnum):

@@ -4,6 +4,10 @@
 chart's ``values.schema.json``; ``--check`` exits 1 naming each committed file that drifted from the models
 (CI runs it, and tests/contract/test_schemas.py checks the same), so a model change can never silently
 change a public contract. Without a flag it prints the schemas.
+
+Other distributions add their own formats as entry points of the group ``gpuhealth.schemas`` (name: the file
+name in docs/schemas/, value: a function returning the schema): the simulator's scenario format is one, so
+the product never imports the simulator.
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from aggregator.settings import AggregatorSettings
-from gpuhealth.core.findings import Verdict
-from gpuhealth.core.snapshot import NodeSnapshot
-from sim.scenario.model import Scenario
+from core.findings import Verdict
+from core.snapshot import NodeSnapshot
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 CHART_SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "gpuhealth" / "values.schema.json"
@@ -64,17 +68,14 @@ def generated_schemas() -> dict[str, dict[str, Any]]:
         "$id": "https://gpuhealth.io/schemas/verdict.schema.json",
         **verdict,
     }
-    scenario = Scenario.model_json_schema(by_alias=True, mode="validation")
-    scenario = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://gpuhealth.io/schemas/scenario.v1.json",
-        **scenario,
-    }
-    return {
-        "snapshot-v1.schema.json": snapshot,
-        "verdict.schema.json": verdict,
-        "scenario.v1.json": scenario,
-    }
+    schemas = {"snapshot-v1.schema.json": snapshot, "verdict.schema.json": verdict}
+    for entry in entry_points(group="gpuhealth.schemas"):
+        schemas[entry.name] = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"https://gpuhealth.io/schemas/{entry.name}",
+            **entry.load()(),
+        }
+    return schemas
 
 
 def chart_settings_schema() -> dict[str, Any]:

@@ -15,12 +15,12 @@ from typing import Any
 
 import uvicorn
 
+from agent.uplink.client import AggregatorClient
 from aggregator.app import create_app
 from aggregator.remediator import DrainFactory
 from aggregator.server import tls_options
 from aggregator.settings import load_settings
-from gpuhealth.core.clock import utc_now
-from remediation.aggregator_client import AggregatorClient
+from core.clock import utc_now
 from sim.http_server import wait_until_started
 
 START_TIMEOUT_S = 10.0

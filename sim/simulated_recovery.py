@@ -17,15 +17,15 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from agent.backends import nvml
+from agent.backends.nvml import seam as nvml
 from agent.recovery.commands import CommandOutcome
 from agent.recovery.reset import GpuTarget
 from agent.recovery.validation import ValidationOutcome
-from gpuhealth.core.clock import Clock, RealClock, TimerHandle
+from core.clock import Clock, RealClock, TimerHandle
 
 
 class ResettableGpus(Protocol):
-    """What the simulation needs of a fake NVML (``agent.backends.fake_nvml.FakeNvml`` has it)."""
+    """What the simulation needs of a fake NVML (``sim.fakes.nvml.FakeNvml`` has it)."""
 
     def reset_gpu(self, gpu: int | str) -> None: ...
 

@@ -4,8 +4,8 @@
 # Installs gpuhealth from this repository into a fresh virtual environment, then:
 #   1. gpuhealth snapshot -o $OUT/h200-real.json   (and the module's own --snapshot as a cross-check)
 #   2. gpuhealth check --json                         (live) and --snapshot of the file from step 1
-#   3. python -m agent.backends.nvml --probe           one line per NVML call: OK / NOT_SUPPORTED / error
-#   4. python -m agent.backends.nvml --watch 5         the XID event watcher for 5 s, then a prompt stop
+#   3. python -m agent.backends.nvml.seam --probe           one line per NVML call: OK / NOT_SUPPORTED / error
+#   4. python -m agent.backends.nvml.seam --watch 5         the XID event watcher for 5 s, then a prompt stop
 #   5. the wall time of real snapshot() calls          (bench.snapshot measures only our overhead, on a fake)
 # and prints a summary, including every NVML call that did not answer OK.
 #
@@ -77,7 +77,7 @@ PY="$VENV/bin/python"
 
 step "gpuhealth snapshot -o $OUT/h200-real.json"
 run_to snapshot "$OUT/snapshot.stdout" "$GPUHEALTH" snapshot -o "$OUT/h200-real.json"
-run_to module_snapshot "$OUT/module-snapshot.json" "$PY" -m agent.backends.nvml --snapshot --node "$(hostname)"
+run_to module_snapshot "$OUT/module-snapshot.json" "$PY" -m agent.backends.nvml.seam --snapshot --node "$(hostname)"
 
 step "gpuhealth check --json (live, then from the snapshot file)"
 run_to check "$OUT/check-live.json" "$GPUHEALTH" check --json
@@ -85,18 +85,18 @@ cat "$OUT/check-live.json"
 run_to check_file "$OUT/check-file.json" "$GPUHEALTH" check --snapshot "$OUT/h200-real.json" --json
 
 step "NVML probe: how every call gpuhealth uses answers on this GPU"
-run_to probe "$OUT/probe.txt" "$PY" -m agent.backends.nvml --probe
+run_to probe "$OUT/probe.txt" "$PY" -m agent.backends.nvml.seam --probe
 cat "$OUT/probe.txt"
 
 step "XID watcher for ${WATCH_SECONDS}s"
-run_to watch "$OUT/xid-watch.jsonl" "$PY" -m agent.backends.nvml --watch "$WATCH_SECONDS"
+run_to watch "$OUT/xid-watch.jsonl" "$PY" -m agent.backends.nvml.seam --watch "$WATCH_SECONDS"
 cat "$OUT/xid-watch.jsonl"
 
 step "wall time of $SNAPSHOT_RUNS real snapshots"
 run_to timing "$OUT/real-snapshot-timing.json" "$PY" - "$SNAPSHOT_RUNS" <<'PYTHON'
 import json, statistics, sys, time
-from agent.backends.nvml_backend import NvmlBackend
-from gpuhealth.core.logging import configure_logging
+from agent.backends.nvml.backend import NvmlBackend
+from core.logging import configure_logging
 
 configure_logging("error")
 runs = int(sys.argv[1])
@@ -128,7 +128,7 @@ awk '$3 != "OK" {print "  " $1, $2, $3}' "$OUT/probe.txt"
 echo
 "$PY" - "$OUT/h200-real.json" "$OUT/xid-watch.jsonl" <<'PYTHON' || echo "(nothing to summarise: see the step outputs above)"
 import json, sys
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.snapshot import NodeSnapshot
 
 snapshot = NodeSnapshot.model_validate_json(open(sys.argv[1]).read())
 print(f"snapshot: {len(snapshot.gpus)} GPU(s), driver {snapshot.driver_version}, nvml_error={snapshot.nvml_error!r}")

@@ -22,14 +22,14 @@ file_secret_settings  # settings_customise_sources
 # --- Hooks a library calls or attributes it reads --------------------------------------------------------
 _.settings_customise_sources  # pydantic-settings: the order of the settings sources (agent/settings.py)
 _.collect  # prometheus_client calls a custom Collector's collect() on every scrape (aggregator/metrics.py)
-_.auth_flow  # httpx.Auth: httpx calls it for every request (remediation/aggregator_client.py)
+_.auth_flow  # httpx.Auth: httpx calls it for every request (agent/uplink/client.py)
 _.binary_location  # Selenium ChromeOptions: which Chromium binary to start (bench/fleet_page.py)
-_.do_GET  # http.server dispatches GET to do_GET (agent/http.py)
+_.do_GET  # http.server dispatches GET to do_GET (agent/telemetry/http.py)
 _.do_POST  # http.server dispatches POST to do_POST (sim/scenario/receiver.py)
-_.log_message  # http.server's access log, silenced (agent/http.py, sim/scenario/receiver.py)
+_.log_message  # http.server's access log, silenced (agent/telemetry/http.py, sim/scenario/receiver.py)
 _.daemon_threads  # socketserver: request threads do not keep the process alive
-_.request_queue_size  # socketserver: the listen backlog it passes to listen() (agent/http.py)
-_.handle_error  # socketserver calls it when a request handler raises (agent/http.py logs it structured)
+_.request_queue_size  # socketserver: the listen backlog it passes to listen() (agent/telemetry/http.py)
+_.handle_error  # socketserver calls it when a request handler raises (agent/telemetry/http.py logs it)
 _.impl  # SQLAlchemy TypeDecorator: the underlying column type (aggregator/store/tables.py)
 _.cache_ok  # SQLAlchemy TypeDecorator: safe to cache statements using the type
 _.process_bind_param  # SQLAlchemy TypeDecorator: Python value -> column value
@@ -46,7 +46,7 @@ _.ConnectionCls  # urllib3 connection pools build their connections from it (rem
 _.pool_classes_by_scheme  # urllib3 PoolManager picks a pool class per scheme from it
 _.ENDPOINT  # python-nomad's Requester builds its URLs from ENDPOINT (remediation/nomad/api.py)
 _.connection_pool_maxsize  # kubernetes Configuration: urllib3 pool size (sim/scenario/kube_orchestrator.py)
-_.warn  # structlog calls the logger method named after the level (gpuhealth/core/logging.py StderrLogger)
+_.warn  # structlog calls the logger method named after the level (core/logging.py StderrLogger)
 _.err  # structlog level alias
 _.critical  # structlog level
 _.fatal  # structlog level alias
@@ -57,7 +57,7 @@ _.shared_token_file  # AggregatorSettings: read by name through SECRET_FILES
 _.metrics_token_file  # AggregatorSettings: read by name through SECRET_FILES
 _.schema_  # the "schema" field of reports, snapshots and scenarios (alias "schema"): validated, serialised
 _.sent_at  # gpuhealth.report/v1 field the agent sends (docs/aggregator.md, "Report format")
-_.reported_state  # aggregator API answer field (gpuhealth/core/aggregator_api.py), serialised as JSON
+_.reported_state  # aggregator API answer field (core/aggregator_api.py), serialised as JSON
 _.max_nodes  # aggregator API answer field: the permit budget
 _.max_percent  # aggregator API answer field: the permit budget
 _.generated_at  # aggregator API answer field
@@ -71,7 +71,7 @@ _.sequence  # KmsgRecord field: the /dev/kmsg sequence number, kept with the par
 _.sxid  # SxidEvent field (docs/kernel-log.md)
 _.switch  # SxidEvent field
 _.EVICT_ONLY  # KindMode member, reached through its value "evict-only" in the configuration (docs/requeue.md)
-_.volcano_job  # RequeuePolicy field, read by getattr(policy, kind.value) (remediation/kubernetes/requeue.py)
+_.volcano_job  # RequeuePolicy field, read by getattr(policy, kind.value) (requeue/decisions.py)
 _.kueue  # RequeuePolicy field, read by getattr
 _.pods_without_workload  # RequeueReport field, documented for its callers (docs/requeue.md)
 _.max_s  # RunSummary fields, printed by gpuhealth demo --json (sim/scenario/summary.py)
@@ -99,7 +99,7 @@ _.gpuInstanceId
 _.computeInstanceId
 
 # --- Test doubles and harnesses: used by tests/, documented for them -------------------------------------
-_.ManualClock  # gpuhealth.core.clock: the clock tests move by hand (sim/README.md)
+_.ManualClock  # core.clock: the clock tests move by hand (sim/README.md)
 _.advance  # ManualClock.advance
 _.gpu_uuids  # FakeNvml: the UUIDs it hands out (tests)
 _.initialised  # FakeNvml: whether nvmlInit was called (tests)
@@ -125,9 +125,10 @@ _.open_queries  # NomadApp: blocking queries waiting now (tests)
 _.reboot_requests  # SimulatedNode: reboots requested (tests)
 
 # --- Product API that only tests call today: kept as part of the module's documented surface ------------
-_.SequenceNumbers  # remediation.aggregator_client: documented client API (docs/aggregator.md)
+_.SequenceNumbers  # agent.uplink.client: documented client API (docs/aggregator.md)
 _.acknowledge_request  # AggregatorClient: POST .../requests/{id}/ack (the agent acknowledges in its reports)
 _.was_drained  # PlanMemory (tests)
 _.needs_resync  # KubernetesExecutor (tests); the agent loop re-plans on every pass instead
 _.wait_for_drain  # the executors' drain worker: tests wait for a drain to end
 _.UNKNOWN_XID  # checks.xid_catalogue: NVML's "unknown XID" number, deliberately not in the catalogue
+_.scenario_schema  # entry point of the group gpuhealth.schemas (sim/pyproject.toml)

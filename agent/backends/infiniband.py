@@ -5,7 +5,7 @@ Read as the kernel writes it (drivers/infiniband/core/sysfs.c): ``state`` is ``"
 ``Ethernet`` (RoCE); ``counters/`` holds the standard port counters and ``hw_counters/`` the driver's own.
 A missing tree means "no RDMA devices here" (``None``, no signal, never a fault); a file that cannot be read
 is left out. The root is a setting, so tests and the simulator point it at a fake tree
-(:mod:`agent.backends.fake_infiniband`).
+(:mod:`sim.fakes.infiniband`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from gpuhealth.core.snapshot import IbPort
+from core.snapshot import IbPort
 
 DEFAULT_SYSFS_ROOT: Final = Path("/sys/class/infiniband")
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhealth.core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError, PodRef, build_map
+from core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError, PodRef, build_map
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpuhealth.core.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot
+from core.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot
 
 
 class SnapshotError(Exception):

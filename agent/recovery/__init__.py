@@ -6,6 +6,6 @@ wraps the orchestrator's executor and sends the ``Reset`` / ``Reboot`` / ``Withd
 steps to :class:`agent.recovery.executor.LocalRecovery`, which acts through
 :class:`agent.recovery.actions.NodeActions` (the real node's commands and files, or a simulated node's
 in-process fakes) and runs the validation's diagnostic on a thread of its own. The rules that plan them are
-pure (``remediation/recovery_plan.py``); :func:`agent.recovery.settle.settle_recovery` folds their results
+pure (``remediation/plan/recovery.py``); :func:`agent.recovery.settle.settle_recovery` folds their results
 into the planner's memory and the state machine (testing, or escalation to ``replace``).
 """

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import structlog
 
 from agent.recovery.validation import ValidationOutcome
-from remediation.worker_thread import start_worker, wait_for_worker
+from remediation.executor.worker_thread import start_worker, wait_for_worker
 
 log = structlog.get_logger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from gpuhealth.core.child_env import child_environment
+from core.child_env import child_environment
 
 OUTPUT_TAIL = 300  # characters of the command's output kept for the timeline
 

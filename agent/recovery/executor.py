@@ -21,7 +21,7 @@ from agent.recovery.background import BackgroundValidation
 from agent.recovery.commands import CommandOutcome
 from agent.recovery.reset import GpuResetter
 from agent.recovery.validation import StoppableValidator
-from gpuhealth.core.steps import (
+from core.steps import (
     NodeFacts,
     Reboot,
     Reset,
@@ -30,9 +30,9 @@ from gpuhealth.core.steps import (
     Validate,
     WithdrawReboot,
 )
-from remediation.background_drain import DrainPhase
-from remediation.executor import NodeExecutor, WrappingExecutor
-from remediation.recovery_plan import RecoveryRules, retry_delay_s
+from remediation.executor.background_drain import DrainPhase
+from remediation.executor.contract import NodeExecutor, WrappingExecutor
+from remediation.plan.recovery import RecoveryRules, retry_delay_s
 
 log = structlog.get_logger(__name__)
 

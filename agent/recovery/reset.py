@@ -12,8 +12,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agent.backends import nvml
-from agent.backends.nvml import NvmlLibrary, NvmlUnavailableError
+from agent.backends.nvml import seam as nvml
+from agent.backends.nvml.seam import NvmlLibrary, NvmlUnavailableError
 from agent.recovery.commands import CommandOutcome
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from remediation.recovery_plan import RecoveryRules
+from remediation.plan.recovery import RecoveryRules
 
 DEFAULT_RESET_COMMAND = ["nvidia-smi", "--gpu-reset", "-i", "{index}"]
 DEFAULT_SENTINEL = Path("/var/run/reboot-required")

@@ -8,11 +8,11 @@ raises the escalation alert when the next report arrives.
 
 from __future__ import annotations
 
-from agent.state_machine import HealthStateMachine
-from gpuhealth.core.plan_memory import RemediationMemory
-from gpuhealth.core.recovery_record import RecoveryPhase
-from gpuhealth.core.steps import ApplyReport
-from remediation.recovery_plan import RecoveryRules, record_results
+from agent.state.machine import HealthStateMachine
+from core.plan_memory import RemediationMemory
+from core.recovery_record import RecoveryPhase
+from core.steps import ApplyReport
+from remediation.plan.recovery import RecoveryRules, record_results
 
 
 def settle_recovery(

@@ -1,8 +1,8 @@
 """Validation after a GPU reset or a reboot, before the node is released.
 
 A :class:`Validator` answers once, when the ``Validate`` step runs: :class:`DcgmiValidator` runs
-``dcgmi diag -r <level>`` through ``agent/backends/dcgmi.py`` when the binary is there; without it (or when
-it cannot run) the answer is "passed, by readings only". Either way the readings then decide: the node is
+``dcgmi diag -r <level>`` through ``agent/backends/dcgm/dcgmi.py`` when the binary is there; without it (or
+when it cannot run) the answer is "passed, by readings only". Either way the readings then decide: the node is
 ``testing`` until ``recovery.validation.clean_readings`` consecutive clean readings release it, and a
 fault seen meanwhile fails the validation (the state machine's rule). A diagnostic that ran and failed a
 test fails the validation at once.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from agent.backends.dcgmi import DcgmiError, DcgmiProcesses, DiagRun, run_diag
+from agent.backends.dcgm.dcgmi import DcgmiError, DcgmiProcesses, DiagRun, run_diag
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from agent.backends.nvml import NvmlLibrary
+from agent.backends.nvml.seam import NvmlLibrary
 from agent.recovery.actions import HostActions, NodeActions
 from agent.recovery.executor import LocalRecovery, LocalRecoveryParts, RecoveringExecutor
 from agent.recovery.reset import GpuResetter
-from remediation.executor import NodeExecutor
-from remediation.recovery_plan import RecoveryRules
+from remediation.executor.contract import NodeExecutor
+from remediation.plan.recovery import RecoveryRules
 
 if TYPE_CHECKING:
     from agent.settings import AgentSettings

@@ -13,7 +13,7 @@ from aggregator.auth.chain import Caller
 from aggregator.auth.dependencies import Access
 from aggregator.auth.principal import Role
 from aggregator.store.engine import Database
-from gpuhealth.core.alerts_api import AlertView, Delivery, Silence, SilenceCreate
+from core.alerts_api import AlertView, Delivery, Silence, SilenceCreate
 
 IdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
 

@@ -21,7 +21,7 @@ from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import insert_ignoring_conflict
 from aggregator.store.tables import alert_deliveries, alerts, nodes
-from gpuhealth.core.alerts_api import Alert, AlertView, Delivery
+from core.alerts_api import Alert, AlertView, Delivery
 
 ROUTE_BATCH = 500
 MAX_LISTED = 1000

@@ -16,7 +16,7 @@ from typing import Any
 
 from aggregator.alert_settings import SinkSettings
 from aggregator.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from gpuhealth.core.alerts_api import Alert
+from core.alerts_api import Alert
 
 SCHEMA = "gpuhealth.alert/v1"
 CLOUDEVENTS_SOURCE = "/gpuhealth/aggregator"

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, or_, select, update
 
 from aggregator.store.tables import silences
-from gpuhealth.core.alerts_api import Silence, SilenceCreate
+from core.alerts_api import Silence, SilenceCreate
 
 
 class SilenceNotFound(LookupError):

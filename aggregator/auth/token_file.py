@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from aggregator.auth.principal import Role
 from aggregator.settings import MIN_TOKEN_LENGTH, SettingsError
-from gpuhealth.core.aggregator_api import NODE_NAME_PATTERN
+from core.aggregator_api import NODE_NAME_PATTERN
 
 __all__ = ["MIN_TOKEN_LENGTH", "TokenEntry", "TokenFileError", "load_token_file", "token_sha256"]
 

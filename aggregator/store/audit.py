@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from aggregator.store.tables import audit
-from gpuhealth.core.aggregator_api import AuditEntry
+from core.aggregator_api import AuditEntry
 
 MAX_LISTED = 1000
 

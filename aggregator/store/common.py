@@ -9,7 +9,7 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
 from aggregator.store.tables import events
-from gpuhealth.core.aggregator_api import Event
+from core.aggregator_api import Event
 
 
 def insert_ignoring_conflict(conn: Connection, table: Table, values: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select, update
 
 from aggregator.store.requests import UnknownNode, create
 from aggregator.store.tables import nodes
-from gpuhealth.core.aggregator_api import DiagRequest, NodeRequest
+from core.aggregator_api import DiagRequest, NodeRequest
 
 
 def request_diag(

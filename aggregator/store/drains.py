@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select, update
 
 from aggregator.store.tables import drains, permits
-from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem
+from core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem
 
 MAX_NEWS = 50  # a drain reports a handful of lines (started, outcome, requeue): more is a bug, not history
 

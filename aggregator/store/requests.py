@@ -16,7 +16,7 @@ from sqlalchemy import Connection, func, select, update
 
 from aggregator.store.common import record_event
 from aggregator.store.tables import nodes, requests
-from gpuhealth.core.aggregator_api import NodeRequest
+from core.aggregator_api import NodeRequest
 
 
 class UnknownNode(LookupError):

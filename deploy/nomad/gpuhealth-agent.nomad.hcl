@@ -49,7 +49,7 @@ job "gpuhealth-agent" {
     }
 
     network {
-      # /metrics, /healthz and /readyz (agent/http.py); a fixed port so that Prometheus finds it on every node.
+      # /metrics, /healthz and /readyz (agent/telemetry/http.py); a fixed port so that Prometheus finds it on every node.
       port "metrics" {
         static = 9477
         to     = 9477

@@ -21,7 +21,7 @@ from gpuhealth.cli.errors import CliError
 
 if TYPE_CHECKING:
     from agent.settings import AgentSettings
-    from gpuhealth.core.logging import LogFormat
+    from core.logging import LogFormat
 
 EXIT_BAD_SETTINGS = 2
 EXIT_STARTUP_FAILED = 1
@@ -59,7 +59,7 @@ def run_agent(args: argparse.Namespace) -> int:
 
 def _configure_logging(args: argparse.Namespace, level: str, fmt: LogFormat) -> None:
     """The settings' level and format, unless given on the command line (the global flags win)."""
-    from gpuhealth.core.logging import configure_logging
+    from core.logging import configure_logging
 
     given: LogFormat = getattr(args, "log_format", "auto")
     chosen_format: LogFormat = given if given != "auto" else fmt
@@ -67,9 +67,9 @@ def _configure_logging(args: argparse.Namespace, level: str, fmt: LogFormat) -> 
 
 
 def _serve(settings: AgentSettings) -> int:
-    from agent.http import AgentHttpServer
+    from agent.telemetry.http import AgentHttpServer
     from agent.wiring import build_agent
-    from remediation.executor import ExecutorSetupError
+    from remediation.executor.contract import ExecutorSetupError
 
     try:
         agent = build_agent(settings)

@@ -16,7 +16,7 @@ from rich.text import Text
 from gpuhealth.cli.fleet_cmd import _client, _common_options, _console, _print_json, _table, _when
 
 if TYPE_CHECKING:
-    from gpuhealth.core.aggregator_api import AuditEntry
+    from core.aggregator_api import AuditEntry
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

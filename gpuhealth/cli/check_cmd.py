@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from core.findings import Finding, Verdict
+from core.snapshot import FabricReadings, NodeSnapshot
 from gpuhealth.cli.common import default_node_name, load_yaml_mapping
 from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.render import print_verdict
-from gpuhealth.core.findings import Finding, Verdict
-from gpuhealth.core.snapshot import FabricReadings, NodeSnapshot
 
 if TYPE_CHECKING:
     from checks.config import ChecksConfig
@@ -98,8 +98,8 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
         except SnapshotError as exc:
             raise CliError(str(exc), EXIT_UNKNOWN) from exc
     from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
-    from agent.backends.nvml_backend import NvmlBackend
-    from agent.fabric import FabricSource
+    from agent.backends.nvml.backend import NvmlBackend
+    from agent.sources.fabric import FabricSource
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
@@ -109,7 +109,7 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
 
 def _read_dcgm_page(location: str) -> str | Finding:
     """The page's text; an unreachable or erroring URL is an unknown finding, a bad file is exit 3."""
-    from agent.backends.dcgm_exporter import ExporterError, parse_metrics, read_page, unavailable
+    from agent.backends.dcgm.exporter import ExporterError, parse_metrics, read_page, unavailable
 
     is_url = location.startswith(("http://", "https://"))
     try:
@@ -128,7 +128,7 @@ def _read_dcgm_page(location: str) -> str | Finding:
 
 def _page_snapshot(args: argparse.Namespace, page: str | Finding) -> NodeSnapshot:
     """With no --snapshot, the GPUs are the ones the page names (by UUID); the node is its host label."""
-    from agent.backends.dcgm_exporter import ExporterError, host_of, parse_metrics
+    from agent.backends.dcgm.exporter import ExporterError, host_of, parse_metrics
     from checks.dcgm_exporter import exporter_snapshot
 
     gpus = []
@@ -144,7 +144,7 @@ def _page_snapshot(args: argparse.Namespace, page: str | Finding) -> NodeSnapsho
 def _dcgm_findings(
     args: argparse.Namespace, page: str | Finding | None, snapshot: NodeSnapshot, config: ChecksConfig
 ) -> list[Finding]:
-    from agent.backends.dcgm_exporter import findings_for_page
+    from agent.backends.dcgm.exporter import findings_for_page
 
     found: list[Finding] = []
     if isinstance(page, Finding):

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.console import Console
 
-    from gpuhealth.core.aggregator_api import BreakerStatus, Event, FleetSummary, NodeDetail, NodeRequest
-    from gpuhealth.core.alerts_api import AlertView, Silence
-    from remediation.aggregator_client import AggregatorClient
+    from agent.uplink.client import AggregatorClient
+    from core.aggregator_api import BreakerStatus, Event, FleetSummary, NodeDetail, NodeRequest
+    from core.alerts_api import AlertView, Silence
 
 EXIT_FAILURE = 1
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -189,7 +189,7 @@ def _token_file(path: object) -> str | None:
 @contextmanager
 def _client(args: argparse.Namespace) -> Iterator[AggregatorClient]:
     """A client whose failures become one-line CLI errors."""
-    from remediation.aggregator_client import AggregatorClient, AggregatorError, PermitRefused, tls_context
+    from agent.uplink.client import AggregatorClient, AggregatorError, PermitRefused, tls_context
 
     connection = resolve_connection(args)
     try:
@@ -213,7 +213,7 @@ def _print_json(value: BaseModel | list[Any]) -> None:
 
 def run_status(args: argparse.Namespace) -> int:
     """``gpuhealth status`` (with the active silences)."""
-    from remediation.aggregator_client import NotFound
+    from agent.uplink.client import NotFound
 
     with _client(args) as client:
         summary = client.summary()
@@ -283,7 +283,7 @@ def _silence_body(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
     from aggregator.timespec import parse_since
-    from gpuhealth.core.alerts_api import SilenceCreate
+    from core.alerts_api import SilenceCreate
 
     if not args.duration or not _DURATION.match(args.duration):
         raise CliError("--for: give a duration such as 30m, 2h or 1d", 2)

@@ -35,10 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         aggregator_cmd,
         audit_cmd,
         check_cmd,
-        demo_cmd,
         diag_cmd,
         fleet_cmd,
-        sim_cmd,
+        plugins,
         snapshot_cmd,
     )
 
@@ -67,11 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         diag_cmd,
         audit_cmd,
         aggregator_cmd,
-        demo_cmd,
-        sim_cmd,
     )
     for module in commands:
         module.register(subparsers)
+    plugins.register(subparsers)
     return parser
 
 
@@ -83,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    from gpuhealth.core.logging import configure_logging
+    from core.logging import configure_logging
 
     try:
         configure_logging(args.log_level or getattr(args, "default_log_level", "warning"), args.log_format)

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuhealth.core.findings import Status, Verdict
+from core.findings import Status, Verdict
 
 STATUS_STYLE = {Status.OK: "green", Status.UNKNOWN: "magenta", Status.WARN: "yellow", Status.FAIL: "bold red"}
 

@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
-    from agent.backends.nvml_backend import NvmlBackend
-    from agent.fabric import FabricSource
+    from agent.backends.nvml.backend import NvmlBackend
+    from agent.sources.fabric import FabricSource
 
     with NvmlBackend(
         node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuhealth.core.steps import EmitEvent, SetCondition, SetTaint
+from core.steps import EmitEvent, SetCondition, SetTaint
 from remediation.kubernetes.names import (
     CONDITION_TYPE,
     CORDONED_ANNOTATION,

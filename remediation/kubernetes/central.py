@@ -13,11 +13,11 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from gpuhealth.core.clock import Clock, RealClock
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup
+from core.clock import Clock, RealClock
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.drain.runner import DrainRunner, DrainSetup
 from remediation.kubernetes.errors import KubeExecutorError
-from remediation.kubernetes.requeue import RequeuePolicy
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
 
 POOL_CONNECTIONS = 64
 """Connections the remediator's one client keeps: many nodes drain at once, each evicting several pods in

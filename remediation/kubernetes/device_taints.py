@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from gpuhealth.core.steps import SetDeviceTaints, TaintEffect
+from core.steps import SetDeviceTaints, TaintEffect
 from remediation.kubernetes.names import (
     DEVICE_TAINT_GPU_ANNOTATION,
     DEVICE_TAINT_NODE_LABEL,

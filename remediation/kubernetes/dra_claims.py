@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-from gpuhealth.core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError, PodRef, build_map
+from core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError, PodRef, build_map
 from remediation.kubernetes.rest import JsonObject, RestClient
 
 CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
-from remediation.executor import ExecutorSetupError
+from remediation.executor.contract import ExecutorSetupError
 
 HTTP_FORBIDDEN = 403
 # A ValidatingAdmissionPolicy whose validation sets no ``reason`` denies with 422 Invalid, not 403.

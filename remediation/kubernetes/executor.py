@@ -28,9 +28,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from gpuhealth.core.clock import RealClock, utc_now
-from gpuhealth.core.gpu_pods import DraKey
-from gpuhealth.core.steps import (
+from core.clock import RealClock, utc_now
+from core.gpu_pods import DraKey
+from core.steps import (
     ApplyReport,
     Cordon,
     Drain,
@@ -47,12 +47,13 @@ from gpuhealth.core.steps import (
     StepResult,
     Uncordon,
 )
-from remediation.executor_common import ExecutorCommon
-from remediation.forbidden_hold import ForbiddenHold
+from remediation.executor.common import ExecutorCommon
+from remediation.executor.forbidden_hold import ForbiddenHold
+from remediation.executor.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
 from remediation.kubernetes import bodies
 from remediation.kubernetes.api import NodeApi
 from remediation.kubernetes.device_taints import DeviceTaints
-from remediation.kubernetes.drain_runner import DrainRunner, DrainSetup, DrainState
+from remediation.kubernetes.drain.runner import DrainRunner, DrainSetup, DrainState
 from remediation.kubernetes.errors import (
     KubeExecutorError,
     KubeForbidden,
@@ -65,7 +66,6 @@ from remediation.kubernetes.node_view import JsonObject, annotations_of, uid_of
 from remediation.kubernetes.node_watch import NodeWatch
 from remediation.kubernetes.retry import Failure, RetryPolicy
 from remediation.kubernetes.settings import RetrySettings
-from remediation.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +74,7 @@ HTTP_NOT_FOUND = 404
 
 
 class KubernetesExecutor(ExecutorCommon[DrainState]):
-    """The ``NodeExecutor`` for one Kubernetes node (``remediation.executor.NodeExecutor``).
+    """The ``NodeExecutor`` for one Kubernetes node (``remediation.executor.contract.NodeExecutor``).
 
     ``watch=False`` skips the watch thread: ``facts()`` then reads the node on every call (one-shot tools).
     ``writes_total`` counts mutating requests sent, ``requests_total`` every request (watch included).

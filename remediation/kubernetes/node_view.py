@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from gpuhealth.core.steps import ConditionStatus, NodeFacts, TaintEffect
+from core.steps import ConditionStatus, NodeFacts, TaintEffect
 from remediation.kubernetes.names import (
     CONDITION_TYPE,
     CORDONED_ANNOTATION,

@@ -17,11 +17,11 @@ from typing import Any
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from gpuhealth.core.steps import NodeFacts
+from core.steps import NodeFacts
+from remediation.executor.node_cache import NodeCache
 from remediation.kubernetes.api import NodeApi, NodeStream
 from remediation.kubernetes.node_view import JsonObject, node_facts, resource_version_of
 from remediation.kubernetes.retry import classify
-from remediation.node_cache import NodeCache
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from remediation.background_drain import BackgroundDrain, DrainPhase, DrainState, DrainUpdate
+from remediation.executor.background_drain import BackgroundDrain, DrainPhase, DrainState, DrainUpdate
 from remediation.nomad.errors import NomadError
 from remediation.nomad.node_view import (
     DRAIN_META_INCIDENT,

@@ -6,7 +6,7 @@ a 403 or 404 would get the same answer again.
 
 from __future__ import annotations
 
-from remediation.executor import ExecutorSetupError
+from remediation.executor.contract import ExecutorSetupError
 
 
 class NomadError(Exception):

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from gpuhealth.core.steps import (
+from core.steps import (
     ApplyReport,
     Cordon,
     Drain,
@@ -48,8 +48,9 @@ from gpuhealth.core.steps import (
     StepResult,
     Uncordon,
 )
-from remediation.executor_common import ExecutorCommon
-from remediation.forbidden_hold import ForbiddenHold
+from remediation.executor.common import ExecutorCommon
+from remediation.executor.forbidden_hold import ForbiddenHold
+from remediation.executor.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
 from remediation.nomad.drain import DrainQueries, NomadDrainRunner, NomadDrainSetup, NomadDrainState
 from remediation.nomad.errors import NomadError, NomadForbidden, NomadNotFound, NomadUnavailable
 from remediation.nomad.idle import gpu_allocations
@@ -75,7 +76,6 @@ from remediation.nomad.node_view import (
 from remediation.nomad.node_watch import NomadNodeWatch
 from remediation.nomad.retry import NomadRetry
 from remediation.nomad.settings import NomadRetrySettings
-from remediation.step_apply import dry_run_report, log_applied, operation_or_answer, skip_reason
 
 log = structlog.get_logger(__name__)
 
@@ -187,8 +187,8 @@ class NomadExecutor(ExecutorCommon[NomadDrainState]):
     # --- extras for the agent loop, the wiring and the benchmarks ----------------------------------------
 
     def gpu_pods(self) -> list[str]:
-        """Live allocations on the node that hold GPUs (``agent.diagnostics.IdleProbe``; one list, read only
-        when a deep diagnostic is due). Raises NomadError when they cannot be listed."""
+        """Live allocations on the node that hold GPUs (``agent.diagnostics.runner.IdleProbe``; one list, read
+        only when a deep diagnostic is due). Raises NomadError when they cannot be listed."""
         allocations = self._retried(lambda: self._api.node_allocations(self.node_id), "list allocations")
         return gpu_allocations(allocations)
 

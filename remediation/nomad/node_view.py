@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from gpuhealth.core.steps import ConditionStatus, NodeFacts, TaintEffect
+from core.steps import ConditionStatus, NodeFacts, TaintEffect
 
 # The contract's keys (docs/nomad.md, "What the agent does to its node").
 STATE: Final = "gpuhealth.state"

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import structlog
 
-from gpuhealth.core.steps import NodeFacts
-from remediation.node_cache import NodeCache
+from core.steps import NodeFacts
+from remediation.executor.node_cache import NodeCache
 from remediation.nomad.errors import NomadError, NomadNotFound
 from remediation.nomad.node_view import node_facts
 

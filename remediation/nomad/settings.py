@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from remediation.executor.token_source import token_from_env_or_file
 from remediation.nomad.errors import NomadConfigError
-from remediation.token_source import token_from_env_or_file
 
 NOMAD_TOKEN_ENV = "NOMAD_TOKEN"  # noqa: S105 - the variable's name, not a secret
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"

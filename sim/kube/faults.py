@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuhealth.core.clock import Clock
+from core.clock import Clock
 from sim.kube.errors import ApiError
 
 _REASONS = {

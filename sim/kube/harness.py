@@ -8,7 +8,7 @@ Typical use in a test::
 
 Everything runs in this process: uvicorn serves HTTP on 127.0.0.1 from a background thread, the
 controller manager reconciles from another. Time-based behaviour (grace periods, controller delays)
-follows ``gpuhealth.core.clock``, so a test with a :class:`~gpuhealth.core.clock.ManualClock` moves time
+follows ``core.clock``, so a test with a :class:`~core.clock.ManualClock` moves time
 instead of sleeping.
 """
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gpuhealth.core.clock import Clock, RealClock
+from core.clock import Clock, RealClock
 from sim.kube.api import KubeApi
 from sim.kube.faults import FaultInjector
 from sim.kube.kubeconfig import DUMMY_TOKEN, write_kubeconfig

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gpuhealth.core.clock import Clock
+from core.clock import Clock
 
 KubeObject = dict[str, Any]
 """A Kubernetes object as plain JSON-compatible data (camelCase keys, as on the wire)."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from gpuhealth.core.clock import Clock, RealClock
+from core.clock import Clock, RealClock
 from sim.kube.defaults import apply_create_defaults
 from sim.kube.protocols import Conflict, KubeObject, WatchListener
 from sim.kube.resources import ResourceRegistry, ResourceType

@@ -9,7 +9,7 @@ Typical use in a test::
 
 Everything runs in this process: uvicorn serves HTTP on 127.0.0.1 from a background thread and the
 scheduler reconciles from another. Drain deadlines follow ``clock``, so a test with a
-:class:`~gpuhealth.core.clock.ManualClock` moves time instead of sleeping.
+:class:`~core.clock.ManualClock` moves time instead of sleeping.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gpuhealth.core.clock import Clock, RealClock
+from core.clock import Clock, RealClock
 from sim.kube.faults import FaultInjector
 from sim.nomad.acl import Acl, PolicyError
 from sim.nomad.endpoints import Endpoints

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
-from gpuhealth.core.clock import Clock
+from core.clock import Clock
 from sim.nomad import errors
 from sim.nomad.model import JsonDict, gpu_node, node_event, rfc3339, unix_nanos
 

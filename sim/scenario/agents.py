@@ -8,14 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.backends.fake_infiniband import FakeInfiniband
-from agent.backends.fake_nvml import FakeNvml
-from agent.backends.fake_structs import FakeEventData, FakeEventSet
 from agent.loop import Agent
 from agent.settings import AgentSettings, FabricSettings, HttpSettings, KubernetesSettings
-from agent.state_machine import DebounceConfig
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.plan import RemediationPolicy
+from agent.state.machine import DebounceConfig
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.infiniband import FakeInfiniband
+from sim.fakes.nvml import FakeNvml
+from sim.fakes.structs import FakeEventData, FakeEventSet
 from sim.scenario.model import AgentKnobs, Fleet
 from sim.scenario.orchestrator import Orchestrator
 from sim.scenario.recovery import recovery_settings

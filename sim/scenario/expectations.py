@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remediation.aggregator_client import AggregatorClient, AggregatorError
+from agent.uplink.client import AggregatorClient, AggregatorError
 from sim.scenario.model import (
     AlertExpectation,
     BreakerExpectation,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.backends import nvml as nvml_codes
-from agent.backends.fake_infiniband import DISABLED, POLLING, FakeInfiniband
-from agent.backends.fake_nvml import FakeNvml
+from agent.backends.nvml import seam as nvml_codes
+from sim.fakes.infiniband import DISABLED, POLLING, FakeInfiniband
+from sim.fakes.nvml import FakeNvml
 from sim.scenario.model import (
     ClearFault,
     DegradePcieFault,

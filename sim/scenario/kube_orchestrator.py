@@ -12,16 +12,16 @@ from typing import Any
 
 from kubernetes import client
 
-from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml import NvmlLibrary
+from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
 from aggregator.remediator import DrainFactory
-from gpuhealth.core.clock import RealClock
+from core.clock import RealClock
 from remediation.kubernetes.central import CentralDrains
 from remediation.kubernetes.names import CORDONED_ANNOTATION, STATE_LABEL, TAINT_KEY
-from remediation.kubernetes.requeue import RequeuePolicy
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
+from sim.fakes.nvml import FakeNvml
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
 from sim.kube.kubeconfig import DUMMY_TOKEN

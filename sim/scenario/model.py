@@ -106,7 +106,7 @@ class Fleet(_Strict):
     nodes: int = Field(default=16, ge=1, le=5000, description="GPU nodes (named gpu-node-NN).")
     gpus_per_node: int = Field(default=8, ge=1, le=16, description="Fake GPUs per node.")
     gpu_profile: Literal["h100_sxm", "h200_sxm", "a100_pcie", "v100_sxm2"] = Field(
-        default="h100_sxm", description="Fake GPU model (agent/backends/fake_profiles.py)."
+        default="h100_sxm", description="Fake GPU model (sim/fakes/profiles.py)."
     )
     ib_ports: int = Field(
         default=0,
@@ -690,3 +690,8 @@ def node_name(index: int, fleet_size: int) -> str:
 
 def _fleet_has(name: str, fleet_size: int) -> bool:
     return any(node_name(i, fleet_size) == name for i in range(fleet_size))
+
+
+def scenario_schema() -> dict[str, Any]:
+    """The scenario format's JSON Schema (docs/schemas/scenario.v1.json, through ``gpuhealth.schemas``)."""
+    return Scenario.model_json_schema(by_alias=True, mode="validation")

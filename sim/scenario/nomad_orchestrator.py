@@ -19,11 +19,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agent.backends.nvml import NvmlLibrary
+from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
-from gpuhealth.core.clock import RealClock
+from core.clock import RealClock
 from remediation.nomad.central import NomadCentralDrains
 from remediation.nomad.node_view import (
     DRAINED,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.backends.nvml import NvmlLibrary
+from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from aggregator.remediator import DrainFactory

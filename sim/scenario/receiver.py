@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from agent.http import BoundedHttpServer
+from agent.telemetry.http import BoundedHttpServer
 
 MAX_BODY = 1_048_576
 

@@ -4,11 +4,11 @@ simulated reset / reboot / validation (``sim.simulated_recovery``) that stands i
 
 from __future__ import annotations
 
-from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml import NvmlLibrary
+from agent.backends.nvml.seam import NvmlLibrary
 from agent.recovery.actions import NodeActions
 from agent.recovery.settings import RebootSettings, RecoverySettings, ValidationSettings
 from agent.settings import AgentSettings
+from sim.fakes.nvml import FakeNvml
 from sim.scenario.model import AgentKnobs
 from sim.simulated_recovery import SimulatedNodeRecovery
 

@@ -21,7 +21,7 @@ from waiting import SLOW_HANG_GUARD_S, wait_until
 
 from aggregator.app import create_app
 from aggregator.settings import AggregatorSettings, load_settings
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from tests.aggregator.builders import TOKEN
 from tests.aggregator.postgres import PostgresServer, PostgresUnavailable, free_port
 

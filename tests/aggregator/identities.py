@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 from live_aggregator import LiveAggregator
 
-from gpuhealth.core.clock import ManualClock
-from remediation.aggregator_client import AggregatorClient
+from agent.uplink.client import AggregatorClient
+from core.clock import ManualClock
 
 AGENT_NODE = "gpu-node-3"
 OTHER_NODE = "gpu-node-7"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from live_aggregator import LiveAggregator
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from tests.aggregator.builders import report
 
 TOKEN = "bad-input-token-0123456789abcdef0123456789"

@@ -14,8 +14,8 @@ from aggregator.ingest import NodeBatch, ingest_report
 from aggregator.queries import node_list
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import ManualClock
+from core.aggregator_api import Report
+from core.clock import ManualClock
 from tests.aggregator.builders import TOKEN, report
 
 

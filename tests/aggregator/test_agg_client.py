@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.findings import Action
-from remediation.aggregator_client import (
+from agent.uplink.client import (
     AggregatorClient,
     AggregatorUnreachable,
     NotFound,
@@ -18,6 +16,8 @@ from remediation.aggregator_client import (
     SequenceNumbers,
     Unauthorized,
 )
+from core.aggregator_api import Report
+from core.findings import Action
 from tests.aggregator.builders import TOKEN, report
 from tests.aggregator.conftest import StartAggregator
 from tests.aggregator.postgres import free_port

@@ -13,8 +13,8 @@ from aggregator.ingest import ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import open_database
 from aggregator.store.tables import events, permits
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import utc_now
+from core.aggregator_api import Report
+from core.clock import utc_now
 from tests.aggregator.builders import AUTH, TOKEN, report
 from tests.aggregator.conftest import StartAggregator
 

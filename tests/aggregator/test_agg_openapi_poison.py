@@ -33,8 +33,8 @@ from aggregator.app import create_app
 from aggregator.ingest import ingest_report
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import utc_now
+from core.aggregator_api import Report
+from core.clock import utc_now
 from tests.aggregator.builders import AUTH, TOKEN, report
 
 with warnings.catch_warnings():

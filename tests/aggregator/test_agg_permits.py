@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from tests.aggregator.builders import AUTH, report
 from tests.aggregator.conftest import MakeClient
 

@@ -14,7 +14,7 @@ from repo_paths import DOCS
 from aggregator.alert_settings import SinkSettings
 from aggregator.alerts.payloads import build
 from aggregator.alerts.signing import SignatureError, sign, verify
-from gpuhealth.core.alerts_api import Alert
+from core.alerts_api import Alert
 
 NOW = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 DOCS = DOCS / "alerts.md"

@@ -10,8 +10,8 @@ from waiting import wait_until
 
 from aggregator.alerts.outbox import sinks_for
 from aggregator.settings import SettingsError, load_settings
-from gpuhealth.core.alerts_api import Alert
-from gpuhealth.core.clock import ManualClock
+from core.alerts_api import Alert
+from core.clock import ManualClock
 from tests.aggregator.builders import AUTH, TOKEN, report
 from tests.aggregator.conftest import MakeClient
 

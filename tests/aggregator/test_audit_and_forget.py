@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.findings import Action
+from core.aggregator_api import Report
+from core.findings import Action
 from tests.aggregator.builders import report
 from tests.aggregator.identities import (
     AGENT_NODE,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from live_aggregator import LiveAggregator
 
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Action
-from remediation.aggregator_client import AggregatorClient, Forbidden, Unauthorized
+from agent.uplink.client import AggregatorClient, Forbidden, Unauthorized
+from core.aggregator_api import Report
+from core.clock import ManualClock
+from core.findings import Action
 from sim.kube.harness import KubeSim
 from tests.aggregator.builders import report
 

@@ -13,9 +13,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from live_aggregator import LiveAggregator
 
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import ManualClock
-from remediation.aggregator_client import AggregatorClient, Forbidden, Unauthorized
+from agent.uplink.client import AggregatorClient, Forbidden, Unauthorized
+from core.aggregator_api import Report
+from core.clock import ManualClock
 from sim.nomad.harness import NomadSim, running_nomad_sim
 from tests.aggregator.builders import report
 

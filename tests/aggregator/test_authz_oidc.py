@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from live_aggregator import LiveAggregator
 
-from gpuhealth.core.clock import ManualClock
-from remediation.aggregator_client import AggregatorClient, Forbidden, Unauthorized
+from agent.uplink.client import AggregatorClient, Forbidden, Unauthorized
+from core.clock import ManualClock
 from tests.aggregator.oidc_issuer import OidcIssuer
 
 ROLE_MAP = {"gpu-viewers": "viewer", "gpu-oncall": "operator", "platform-admins": "admin"}

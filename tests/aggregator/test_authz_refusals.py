@@ -13,10 +13,10 @@ import pytest
 import structlog
 from live_aggregator import LiveAggregator
 
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.alerts_api import SilenceCreate
-from gpuhealth.core.findings import Action
-from remediation.aggregator_client import AggregatorClient, Forbidden, Unauthorized
+from agent.uplink.client import AggregatorClient, Forbidden, Unauthorized
+from core.aggregator_api import Report
+from core.alerts_api import SilenceCreate
+from core.findings import Action
 from tests.aggregator.builders import report
 from tests.aggregator.identities import (
     AGENT_NODE,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from live_aggregator import LiveAggregator
 
-from agent.aggregator_link import AggregatorLink, build_report
 from agent.loop import TickResult
-from agent.report_outbox import ReportOutbox
-from gpuhealth.core.aggregator_api import MAX_SEQ, ActionTaken, Report
-from gpuhealth.core.findings import Action, Status, Verdict
-from gpuhealth.core.health import NodeHealth, NodeState
-from gpuhealth.core.snapshot import NodeSnapshot
-from gpuhealth.core.steps import ApplyReport
+from agent.uplink.link import AggregatorLink, build_report
+from agent.uplink.outbox import ReportOutbox
+from core.aggregator_api import MAX_SEQ, ActionTaken, Report
+from core.findings import Action, Status, Verdict
+from core.health import NodeHealth, NodeState
+from core.snapshot import NodeSnapshot
+from core.steps import ApplyReport
 from tests.aggregator.builders import report
 from tests.aggregator.identities import AGENT_NODE, Identities, client_as, start_with_identities
 

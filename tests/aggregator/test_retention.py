@@ -13,7 +13,7 @@ from aggregator.retention import prune
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
 from aggregator.store.tables import alert_deliveries, alerts, events, incidents, nodes
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 OLD = NOW - timedelta(days=400)
@@ -82,7 +82,7 @@ def test_pruning_keeps_open_incidents_their_events_and_undelivered_alerts(tmp_pa
 
 def test_the_client_follows_pages_of_nodes_and_events(tmp_path: Path) -> None:
     """A full page announces the next in its Link header; the client joins every page."""
-    from gpuhealth.core.aggregator_api import Report
+    from core.aggregator_api import Report
     from tests.aggregator.builders import report
 
     live = LiveAggregator(tmp_path / "a.db", ManualClock(start=NOW), "t" * 40).start()

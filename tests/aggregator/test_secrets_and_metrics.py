@@ -20,7 +20,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import MIN_TOKEN_LENGTH, SettingsError, load_settings
 from aggregator.store.engine import Database, open_database
 from aggregator.store.tables import nodes
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from tests.aggregator.builders import TOKEN
 
 METRICS_TOKEN = "metrics-token-0123456789abcdef0123456789"

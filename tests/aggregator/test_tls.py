@@ -20,21 +20,21 @@ from certificates import TlsFiles, write_tls_files
 from executor_defaults import PerfectNode
 from live_aggregator import LiveAggregator
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.settings import AgentSettings, HttpSettings
 from agent.settings import SettingsError as AgentSettingsError
-from agent.wiring import build_agent
-from aggregator.auth.chain import build_chain
-from aggregator.server import tls_options
-from aggregator.settings import SettingsError, load_settings
-from gpuhealth.cli.main import main as cli_main
-from gpuhealth.core.clock import ManualClock
-from remediation.aggregator_client import (
+from agent.uplink.client import (
     AggregatorClient,
     AggregatorError,
     AggregatorUnreachable,
     tls_context,
 )
+from agent.wiring import build_agent
+from aggregator.auth.chain import build_chain
+from aggregator.server import tls_options
+from aggregator.settings import SettingsError, load_settings
+from core.clock import ManualClock
+from gpuhealth.cli.main import main as cli_main
+from sim.fakes.nvml import FakeNvml
 from tests.aggregator.builders import TOKEN
 
 NODE = "gpu-node-0"

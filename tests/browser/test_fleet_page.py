@@ -19,15 +19,15 @@ from live_aggregator import LiveAggregator
 from repo_paths import DOCS
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent
 from agent.settings import AgentSettings, HttpSettings
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
+from core.clock import ManualClock, RealClock, utc_now
 from remediation.kubernetes.central import CentralDrains
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.requeue import RequeuePolicy
-from remediation.plan import RemediationPolicy
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim, running_kube_sim
 from tests.aggregator.identities import Identity
 

@@ -111,7 +111,7 @@ def stopped(process: subprocess.Popen[str]) -> int:
 
 def test_the_image_tree_installs_every_package_and_nothing_else(image_prefix: Path) -> None:
     installed = {p.name for p in image_prefix.iterdir() if p.is_dir() and not p.name.endswith(".dist-info")}
-    assert installed == {"gpuhealth", "agent", "checks", "remediation", "aggregator", "sim", "bin"}
+    assert installed == {"gpuhealth", "core", "agent", "checks", "remediation", "aggregator", "bin"}
     assert (image_prefix / "bin" / "gpuhealth").is_file()  # the entry point
     assert (image_prefix / "aggregator" / "migrations" / "versions").is_dir()
     assert {p.name for p in (image_prefix / "aggregator" / "ui").iterdir()} >= {
@@ -130,7 +130,7 @@ def test_gpuhealth_help_runs_from_the_image_and_imports_only_from_it(
     assert process.returncode == 0, err
     assert "aggregator" in out and "agent" in out
     probe = subprocess.run(
-        [base_python(), "-c", "import gpuhealth, aggregator, sim; print(gpuhealth.__file__, sim.__file__)"],
+        [base_python(), "-c", "import gpuhealth, aggregator, core; print(gpuhealth.__file__, core.__file__)"],
         cwd=tmp_path,
         env=image_env(image_prefix),
         capture_output=True,
@@ -139,6 +139,34 @@ def test_gpuhealth_help_runs_from_the_image_and_imports_only_from_it(
         check=True,
     )
     assert all(Path(path).is_relative_to(image_prefix) for path in probe.stdout.split())
+
+
+def test_the_image_carries_no_simulator_and_says_so(image_prefix: Path, tmp_path: Path) -> None:
+    """Neither the simulator's code nor its dependencies are in the image; its commands say how to get it."""
+    probe = subprocess.run(
+        [base_python(), "-c", "import importlib.util as u; print(u.find_spec('sim'))"],
+        cwd=tmp_path,
+        env=image_env(image_prefix),
+        capture_output=True,
+        text=True,
+        timeout=SLOW_HANG_GUARD_S,
+        check=True,
+    )
+    assert probe.stdout.split() == ["None"]
+    (metadata,) = image_prefix.glob("gpuhealth-*.dist-info/METADATA")
+    required = {
+        re.split(r"[<>=!~\[ ;]", line.split(":", 1)[1].strip(), maxsplit=1)[0].lower()
+        for line in metadata.read_text().splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    }
+    assert "pydantic" in required
+    assert not required & {"jsonpatch", "jsonpointer", "python-hcl2", "gpuhealth-sim"}
+    for command in ("demo", "sim"):
+        process = gpuhealth_in_image(image_prefix, command, "--headless", cwd=tmp_path)
+        out, err = process.communicate(timeout=SLOW_HANG_GUARD_S)
+        assert process.returncode == 2 and not out
+        assert err.count("\n") == 1 and f"'gpuhealth {command}' comes with the simulator" in err, err
+        assert "pip install ./sim" in err and "Traceback" not in err
 
 
 @pytest.mark.slow

@@ -25,12 +25,12 @@ from live_aggregator import LiveAggregator
 from prometheus_client import CollectorRegistry
 from repo_paths import REPO_ROOT
 
-from agent.http import AgentHttpServer
 from agent.settings import AgentSettings, load_settings
+from agent.telemetry.http import AgentHttpServer
 from aggregator.server import tls_options
 from aggregator.settings import AggregatorSettings
 from aggregator.settings import load_settings as load_aggregator_settings
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from tests.deploy.nomad_hcl import (
     AGENT_JOB,
     AGENT_POLICY,

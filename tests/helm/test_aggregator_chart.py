@@ -19,7 +19,7 @@ from live_aggregator import LiveAggregator
 from agent.settings import load_settings
 from aggregator.settings import AggregatorSettings
 from aggregator.settings import load_settings as load_aggregator_settings
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from tests.helm.conftest import (
     NAMESPACE,
     RELEASE,

@@ -18,12 +18,12 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from agent.diagnostics_settings import DiagnosticsSettings
+from agent.diagnostics.settings import DiagnosticsSettings
 from agent.recovery.settings import RecoverySettings
 from agent.settings import AgentSettings, AggregatorLinkSettings, aggregator_token, load_settings
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.requeue import RequeuePolicy
-from remediation.plan import RemediationPolicy
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.requeue.decisions import RequeuePolicy
+from remediation.plan.planner import RemediationPolicy
 from tests.helm.conftest import CHART_DIR, NAMESPACE, Manifest, Render, one
 from tests.helm.test_chart import DRAIN_GRANTS, MINIMAL_GRANTS, granted
 

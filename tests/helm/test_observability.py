@@ -19,11 +19,11 @@ import yaml
 from prometheus_client import CollectorRegistry
 from repo_paths import REPO_ROOT
 
-from agent.metrics import AgentMetrics
+from agent.telemetry.metrics import AgentMetrics
 from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import load_settings
 from aggregator.store.engine import open_database
-from gpuhealth.core.clock import utc_now
+from core.clock import utc_now
 from tests.helm.conftest import CHART_DIR, Render, one
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "gpuhealth-fleet.json"

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from waiting import HANG_GUARD_S
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
 from sim.kube.fleet import build_fleet

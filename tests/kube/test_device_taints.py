@@ -13,8 +13,8 @@ from typing import Any
 from dra_slices import RESOURCE_SLICES, gpu_slice
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import RemoveDeviceTaints, SetDeviceTaints
+from core.clock import ManualClock
+from core.steps import RemoveDeviceTaints, SetDeviceTaints
 from remediation.kubernetes.device_taints import rule_name
 from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.harness import KubeSim

@@ -8,11 +8,11 @@ import pydantic
 import pytest
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
-from remediation.kubernetes.drain import Drainer, DrainInputError
-from remediation.kubernetes.drain_policy import DrainMode, DrainPolicy, ModeRule, Verdict, decide
-from remediation.kubernetes.requeue import KindMode, RequeuePolicy
-from remediation.kubernetes.requeue_api import Requeuer
+from core.clock import ManualClock
+from remediation.kubernetes.drain.drainer import Drainer, DrainInputError
+from remediation.kubernetes.drain.policy import DrainMode, DrainPolicy, ModeRule, Verdict, decide
+from remediation.kubernetes.requeue.api import Requeuer
+from remediation.kubernetes.requeue.decisions import KindMode, RequeuePolicy
 
 
 def pod(

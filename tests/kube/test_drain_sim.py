@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
-from remediation.kubernetes.drain import Drainer
-from remediation.kubernetes.drain_policy import DrainMode, DrainPolicy, ModeRule
-from remediation.kubernetes.drain_report import DrainReport, PodOutcome
+from core.clock import ManualClock
+from remediation.kubernetes.drain.drainer import Drainer
+from remediation.kubernetes.drain.policy import DrainMode, DrainPolicy, ModeRule
+from remediation.kubernetes.drain.report import DrainReport, PodOutcome
 from remediation.kubernetes.names import CORDONED_ANNOTATION
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim

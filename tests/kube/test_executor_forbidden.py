@@ -16,10 +16,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Status
-from gpuhealth.core.steps import SetCondition, SetStateLabel, SetTaint
-from remediation.executor_problem import CODE, ExecutorProblemFindings
+from core.clock import ManualClock
+from core.findings import Status
+from core.steps import SetCondition, SetStateLabel, SetTaint
+from remediation.executor.problem import CODE, ExecutorProblemFindings
 from remediation.kubernetes.errors import refusal_of
 from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.harness import KubeSim

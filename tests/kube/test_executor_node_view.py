@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.core.steps import NodeFacts
+from core.steps import NodeFacts
 from remediation.kubernetes.node_view import node_facts
 from sim.kube.fleet import gpu_node
 

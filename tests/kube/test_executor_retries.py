@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import EmitEvent, SetCondition, SetStateLabel, SetTaint, Step
+from core.clock import ManualClock
+from core.steps import EmitEvent, SetCondition, SetStateLabel, SetTaint, Step
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
 from sim.kube.harness import KubeSim

@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import (
+from core.clock import ManualClock
+from core.steps import (
     Cordon,
     EmitEvent,
     RemoveTaint,

@@ -13,8 +13,8 @@ from kubernetes import client
 from structlog.testing import capture_logs
 from waiting import HANG_GUARD_S, wait_until
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import Cordon, SetCondition, SetStateLabel, SetTaint
+from core.clock import ManualClock
+from core.steps import Cordon, SetCondition, SetStateLabel, SetTaint
 from remediation.kubernetes.errors import KubeExecutorError
 from remediation.kubernetes.executor import KubernetesExecutor, executor_from_kubeconfig
 from sim.kube.harness import KubeSim

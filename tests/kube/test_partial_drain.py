@@ -18,11 +18,11 @@ from dra_slices import RESOURCE_SLICES, gpu_slice
 from waiting import HANG_GUARD_S
 
 from agent.backends.podresources import PodResourcesClient, gpu_pod_map
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.gpu_pods import DraKey, GpuPodMap
-from gpuhealth.core.steps import Drain, SetTaint
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.drain_runner import DrainSetup
+from core.clock import ManualClock
+from core.gpu_pods import DraKey, GpuPodMap
+from core.steps import Drain, SetTaint
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.drain.runner import DrainSetup
 from remediation.kubernetes.executor import KubernetesExecutor
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim

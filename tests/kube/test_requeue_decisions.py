@@ -1,4 +1,4 @@
-"""Pure requeue decisions (remediation/kubernetes/requeue.py): owner chains, kinds, each kind's own failure policy, modes.
+"""Pure requeue decisions (remediation/kubernetes/requeue/decisions.py): owner chains, kinds, each kind's own failure policy, modes.
 
 The table follows the operators' documented semantics: Job ``podFailurePolicy`` (kubernetes.io, "Handling
 retriable and non-retriable pod failures with Pod failure policy"), JobSet ``failurePolicy``
@@ -13,8 +13,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from gpuhealth.core.clock import ManualClock
-from remediation.kubernetes.requeue import (
+from core.clock import ManualClock
+from remediation.kubernetes.requeue.decisions import (
     EVENT_REASON,
     REQUEUED_ANNOTATION,
     Decision,
@@ -439,7 +439,11 @@ def test_a_restart_counts_for_the_same_fault_only_within_the_window() -> None:
     """requeued-at within the window names the incident; outside it, unreadable or absent -> no."""
     from datetime import UTC, datetime, timedelta
 
-    from remediation.kubernetes.requeue import REQUEUED_ANNOTATION, REQUEUED_AT_ANNOTATION, requeued_within
+    from remediation.kubernetes.requeue.decisions import (
+        REQUEUED_ANNOTATION,
+        REQUEUED_AT_ANNOTATION,
+        requeued_within,
+    )
 
     now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

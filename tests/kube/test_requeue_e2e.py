@@ -14,15 +14,15 @@ import pytest
 from kubernetes import client
 from waiting import HANG_GUARD_S, wait_until
 
-from gpuhealth.core.clock import RealClock
-from remediation.kubernetes.requeue import (
+from core.clock import RealClock
+from remediation.kubernetes.requeue.api import Requeuer
+from remediation.kubernetes.requeue.decisions import (
     EVENT_REASON,
     REQUEUED_ANNOTATION,
     RequeueAction,
     RequeuePolicy,
     Result,
 )
-from remediation.kubernetes.requeue_api import Requeuer
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"

@@ -1,7 +1,7 @@
 """The requeue's RBAC in the Helm chart: nothing unless enabled, and per kind exactly what docs/requeue.md lists.
 
 Rendered with Helm's own engine (helm-python-sdk), as tests/helm does; the calls each kind makes are those of
-``remediation.kubernetes.requeue_api.RequeueApi``.
+``remediation.kubernetes.requeue.api.RequeueApi``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
-from remediation.kubernetes.requeue import (
+from core.clock import ManualClock
+from remediation.kubernetes.requeue.api import RequeueApi, Requeuer, WriteConflict
+from remediation.kubernetes.requeue.decisions import (
     EVENT_REASON,
     REQUEUED_ANNOTATION,
     KindMode,
@@ -24,7 +25,6 @@ from remediation.kubernetes.requeue import (
     Result,
     ref_of,
 )
-from remediation.kubernetes.requeue_api import RequeueApi, Requeuer, WriteConflict
 from sim.kube.harness import KubeSim, running_kube_sim
 from sim.kube.workload_crds import WORKLOAD_CRDS
 

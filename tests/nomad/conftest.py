@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from waiting import HANG_GUARD_S
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from remediation.nomad.connect import connect_nomad_executor
 from remediation.nomad.executor import NomadExecutor
 from remediation.nomad.settings import NomadRetrySettings, NomadSettings

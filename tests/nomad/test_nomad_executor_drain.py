@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from waiting import HANG_GUARD_S, wait_until
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import Drain, RemoveTaint, SetIncidentAnnotation, SetTaint
+from core.clock import ManualClock
+from core.steps import Drain, RemoveTaint, SetIncidentAnnotation, SetTaint
 from remediation.nomad.drain import NomadDrainSetup
 from remediation.nomad.executor import NomadExecutor
 from sim.nomad.harness import NomadSim, running_nomad_sim

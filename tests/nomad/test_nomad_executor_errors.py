@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import SetStateLabel, SetTaint
+from core.clock import ManualClock
+from core.steps import SetStateLabel, SetTaint
 from remediation.nomad.executor import NomadExecutor
 from sim.nomad.harness import NomadSim, running_nomad_sim
 

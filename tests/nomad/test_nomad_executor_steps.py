@@ -7,7 +7,7 @@ from typing import Any
 
 from waiting import HANG_GUARD_S
 
-from gpuhealth.core.steps import (
+from core.steps import (
     Cordon,
     EmitEvent,
     RemoveTaint,

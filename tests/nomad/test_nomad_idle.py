@@ -11,16 +11,16 @@ import pytest
 from repo_paths import FIXTURES
 from waiting import HANG_GUARD_S
 
-from agent.backends.dcgmi import DiagRun
-from agent.diagnostics import DiagnosticsRunner, IdleProbe
-from agent.diagnostics_order import DiagOrder
-from agent.diagnostics_settings import DiagnosticsSettings
-from agent.state_machine import DebounceConfig, HealthStateMachine
+from agent.backends.dcgm.dcgmi import DiagRun
+from agent.diagnostics.order import DiagOrder
+from agent.diagnostics.runner import DiagnosticsRunner, IdleProbe
+from agent.diagnostics.settings import DiagnosticsSettings
+from agent.state.machine import DebounceConfig, HealthStateMachine
 from checks.dcgmi import parse_diag
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Verdict
-from gpuhealth.core.health import NodeHealth, NodeState
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.clock import ManualClock
+from core.findings import Verdict
+from core.health import NodeHealth, NodeState
+from core.snapshot import NodeSnapshot
 from remediation.nomad.executor import NomadExecutor
 from remediation.nomad.idle import gpu_allocations, is_gpu_device_name
 from sim.nomad.harness import NomadSim, running_nomad_sim

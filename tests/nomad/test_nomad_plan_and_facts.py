@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuhealth.core.findings import Action
-from gpuhealth.core.health import Incident, NodeHealth, NodeState
-from gpuhealth.core.steps import NodeFacts, SetUnhealthyGpus
+from core.findings import Action
+from core.health import Incident, NodeHealth, NodeState
+from core.steps import NodeFacts, SetUnhealthyGpus
 from remediation.nomad.node_view import node_facts
-from remediation.plan import RemediationMemory, RemediationPolicy, plan
+from remediation.plan.planner import RemediationMemory, RemediationPolicy, plan
 
 NOW = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 

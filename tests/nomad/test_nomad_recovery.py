@@ -17,16 +17,16 @@ import pytest
 from live_aggregator import LiveAggregator
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.recovery.settings import RecoverySettings, ValidationSettings
 from agent.settings import AgentSettings, HttpSettings
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.findings import Action
-from gpuhealth.core.health import NodeState
-from gpuhealth.core.steps import Reboot, Validate
-from remediation.plan import RemediationPolicy
+from core.clock import ManualClock, RealClock, utc_now
+from core.findings import Action
+from core.health import NodeState
+from core.steps import Reboot, Validate
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.nomad.harness import NomadSim, running_nomad_sim
 from sim.simulated_recovery import SimulatedNodeRecovery
 

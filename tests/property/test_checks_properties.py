@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from checks.presence import TELEMETRY_FIELDS
 from checks.runner import run_checks
 from checks.xid_catalogue import CATALOGUE, status_for_action
-from gpuhealth.core.findings import Status
-from gpuhealth.core.snapshot import SNAPSHOT_SCHEMA, GpuSnapshot, NodeSnapshot
+from core.findings import Status
+from core.snapshot import SNAPSHOT_SCHEMA, GpuSnapshot, NodeSnapshot
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIGHT = settings(SETTINGS, max_examples=60)

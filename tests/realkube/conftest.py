@@ -16,7 +16,7 @@ from control_plane import ControlPlane, ControlPlaneUnavailable, find_binaries
 from kubernetes import client
 from realkube import Cluster, RealGpuNode
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from waiting import HANG_GUARD_S, wait_until
 
 from aggregator.remediator_settings import RemediatorSettings
 from remediation.kubernetes.central import CentralDrains
-from remediation.kubernetes.drain_policy import DrainPolicy
+from remediation.kubernetes.drain.policy import DrainPolicy
 
 IDENTITY_KINDS = (
     "ServiceAccount",

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from realkube import Cluster
 from waiting import wait_until
 
-from gpuhealth.core.steps import RemoveDeviceTaints, SetDeviceTaints
+from core.steps import RemoveDeviceTaints, SetDeviceTaints
 from remediation.kubernetes.device_taints import rule_name
 from remediation.kubernetes.executor import KubernetesExecutor
 

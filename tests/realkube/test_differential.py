@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from realkube import Cluster
 from waiting import wait_until
 
-from gpuhealth.core.clock import RealClock
+from core.clock import RealClock
 from remediation.kubernetes.rest import JSON, MERGE_PATCH, STRATEGIC_MERGE_PATCH, RestClient
 from sim.kube.harness import running_kube_sim
 

@@ -26,8 +26,8 @@ from realkube import Cluster, RealGpuNode
 from structlog.testing import capture_logs
 from waiting import wait_until
 
-from gpuhealth.core.clock import ManualClock
-from remediation.plan import RemediationPolicy
+from core.clock import ManualClock
+from remediation.plan.planner import RemediationPolicy
 
 POLICY_KINDS = (
     "ServiceAccount",

@@ -15,11 +15,11 @@ from realkube import Cluster, RealGpuNode
 from scenario_rig import CLEAN_READINGS, DWELL_S
 from waiting import wait_until
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import SetTaint
+from core.clock import ManualClock
+from core.steps import SetTaint
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
-from remediation.plan import RemediationPolicy
+from remediation.plan.planner import RemediationPolicy
 
 
 def test_xid_79_sets_the_condition_keeps_ready_and_labels_taints_and_records_an_event_in_one_pass(

@@ -24,18 +24,18 @@ from live_aggregator import LiveAggregator
 from realkube import TAINT_KEY, Cluster
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.steps import Drain, Requeue
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.drain_report import PodOutcome
+from core.clock import ManualClock, RealClock, utc_now
+from core.steps import Drain, Requeue
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.drain.report import PodOutcome
 from remediation.kubernetes.executor import KubernetesExecutor
-from remediation.kubernetes.requeue import REQUEUED_ANNOTATION
-from remediation.plan import RemediationPolicy
+from remediation.kubernetes.requeue.decisions import REQUEUED_ANNOTATION
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 
 TOKEN = "realkube-drain-token-0123456789abcdef0123456789"
 FAST_DRAIN = DrainPolicy(poll_interval_s=0.1, retry_initial_s=0.1, retry_max_s=0.5, pod_timeout_s=20.0)

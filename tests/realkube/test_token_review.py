@@ -27,12 +27,12 @@ from live_aggregator import LiveAggregator
 from realkube import Cluster
 from waiting import wait_until
 
+from agent.uplink.client import AggregatorClient, Forbidden, Unauthorized
 from aggregator.auth.kubernetes import NODE_NAME_EXTRA, TokenReviewAuthenticator, credentials_from_file
 from aggregator.auth.principal import AuthMethod, Principal, Role
-from gpuhealth.core.aggregator_api import Report
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Action
-from remediation.aggregator_client import AggregatorClient, Forbidden, Unauthorized
+from core.aggregator_api import Report
+from core.clock import ManualClock
+from core.findings import Action
 from tests.aggregator.builders import report
 
 AUDIENCE = "gpuhealth-aggregator"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 

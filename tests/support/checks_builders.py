@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.core.snapshot import SNAPSHOT_SCHEMA, GpuSnapshot, NodeSnapshot, XidEvent
+from core.snapshot import SNAPSHOT_SCHEMA, GpuSnapshot, NodeSnapshot, XidEvent
 
 
 def healthy_gpu_fields(index: int = 0) -> dict[str, Any]:

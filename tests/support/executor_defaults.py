@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuhealth.core.steps import ApplyReport, NodeFacts, Step, StepResult
-from remediation.executor import DrainNews, DrainProgress
-from remediation.plan import facts_after
+from core.steps import ApplyReport, NodeFacts, Step, StepResult
+from remediation.executor.contract import DrainNews, DrainProgress
+from remediation.plan.planner import facts_after
 
 
 class ExecutorDefaults:

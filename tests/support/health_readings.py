@@ -10,11 +10,11 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.state_machine import AgentState, DebounceConfig, HealthStateMachine
+from agent.state.machine import AgentState, DebounceConfig, HealthStateMachine
 from checks.runner import run_checks
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Verdict
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot
+from core.clock import ManualClock
+from core.findings import Verdict
+from core.snapshot import GpuSnapshot, NodeSnapshot
 
 NODE = "gpu-node-07"
 START = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)

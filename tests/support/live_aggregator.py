@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.aggregator_process import AggregatorServer, free_port
 
 __all__ = ["LiveAggregator", "free_port"]

@@ -23,7 +23,7 @@ from scenario_rig import GpuNodeRig
 from waiting import wait_until
 
 from agent.settings import AgentSettings
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
 

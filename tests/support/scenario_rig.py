@@ -23,19 +23,19 @@ from typing import Any, Generic, TypeVar
 from kubernetes import client
 from waiting import HANG_GUARD_S
 
-from agent.backends.fake_infiniband import FakeInfiniband
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, FabricSettings, HttpSettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
 from remediation.nomad.connect import connect_nomad_executor
 from remediation.nomad.executor import NomadExecutor
 from remediation.nomad.settings import NomadRetrySettings, NomadSettings
-from remediation.plan import RemediationPolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.infiniband import FakeInfiniband
+from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim
 from sim.nomad.harness import NomadSim
 

@@ -26,7 +26,7 @@ from agent.backends.kernel_log.parse import (
     read_kernel_log,
 )
 from agent.backends.kernel_log.sxid import parse_sxid_line
-from gpuhealth.core.snapshot import SxidEvent
+from core.snapshot import SxidEvent
 
 __all__ = [
     "DEFAULT_JOURNAL_COMMAND",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from gpuhealth.core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, pci_key
+from core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, pci_key
 
 SAME_EVENT_WINDOW = timedelta(seconds=2)
 _EARLIEST = datetime.min.replace(tzinfo=UTC)

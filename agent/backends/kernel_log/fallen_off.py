@@ -21,7 +21,7 @@ from datetime import datetime
 
 from agent.backends.kernel_log.text_lines import logged_by_a_program
 from agent.backends.kernel_log.timestamps import absolute_time
-from gpuhealth.core.snapshot import XidEvent, pci_key
+from core.snapshot import XidEvent, pci_key
 
 XID_FALLEN_OFF_THE_BUS = 79
 MESSAGE = "GPU has fallen off the bus (driver message without an Xid line)"

@@ -25,9 +25,9 @@ from agent.backends.kernel_log.kmsg import parse_kmsg_record
 from agent.backends.kernel_log.link_state import parse_link_line
 from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
-from gpuhealth.core.child_env import child_environment
-from gpuhealth.core.clock import Clock, RealClock
-from gpuhealth.core.snapshot import LinkEvent, SxidEvent, XidEvent
+from core.child_env import child_environment
+from core.clock import Clock, RealClock
+from core.snapshot import LinkEvent, SxidEvent, XidEvent
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from agent.backends.kernel_log.text_lines import parse_text_line
-from gpuhealth.core.snapshot import XidEvent
+from core.snapshot import XidEvent
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A user-space program quoting an NVRM line (a health script, our own agent's logs) is not the kernel

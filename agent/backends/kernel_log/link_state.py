@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from agent.backends.kernel_log.timestamps import absolute_time
-from gpuhealth.core.snapshot import LinkEvent
+from core.snapshot import LinkEvent
 
 _LINK = re.compile(
     r"\bmlx5_core\s+(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<netdev>[^\s:]+):\s+"

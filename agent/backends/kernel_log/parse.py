@@ -16,7 +16,7 @@ from agent.backends.kernel_log.kmsg import parse_kmsg_record
 from agent.backends.kernel_log.link_state import parse_link_line
 from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
-from gpuhealth.core.snapshot import LinkEvent, SxidEvent, XidEvent
+from core.snapshot import LinkEvent, SxidEvent, XidEvent
 
 _GZIP_MAGIC = b"\x1f\x8b"
 

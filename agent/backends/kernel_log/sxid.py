@@ -2,7 +2,7 @@
 
 ``nvidia-nvswitch3: SXid (PCI:0000:06:00.0): 12028, Non-fatal, Link 44 ...`` reports an error of an
 NVSwitch chip on the baseboard, not of a GPU: its PCI address is the switch's, so it must never become a
-GPU :class:`~gpuhealth.core.snapshot.XidEvent`. They go to the snapshot's ``fabric.sxid_events`` with their
+GPU :class:`~core.snapshot.XidEvent`. They go to the snapshot's ``fabric.sxid_events`` with their
 severity (the driver prints ``Fatal`` or ``Non-fatal`` after the number), where checks/fabric.py judges them.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from agent.backends.kernel_log.timestamps import absolute_time
-from gpuhealth.core.snapshot import SxidEvent, SxidSeverity
+from core.snapshot import SxidEvent, SxidSeverity
 
 _SEVERITY = re.compile(r"^(?P<word>Non-fatal|Fatal)\b", re.IGNORECASE)
 

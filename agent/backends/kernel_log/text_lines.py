@@ -18,7 +18,7 @@ import re
 from datetime import datetime
 
 from agent.backends.kernel_log.timestamps import absolute_time
-from gpuhealth.core.snapshot import XidEvent, pci_key
+from core.snapshot import XidEvent, pci_key
 
 # "Xid (" not preceded by a letter: NVSwitch "SXid (" lines are switch errors, not GPU XIDs.
 _XID = re.compile(r"(?<![A-Za-z])Xid\s*\((?P<device>[^()]*)\)\s*:?\s*(?P<xid>\d{1,9})(?=,|\s|$)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-from gpuhealth.core.clock import utc_now
+from core.clock import utc_now
 
 _MONTHS = {
     name: number

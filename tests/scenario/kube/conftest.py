@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from scenario_rig import KubeGpuNode
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim, running_kube_sim
 

@@ -16,12 +16,12 @@ from live_aggregator import LiveAggregator
 from scenario_rig import NODE, KubeGpuNode
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.aggregator_link import AggregatorLink
 from agent.loop import TickResult
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import Drain
-from remediation.aggregator_client import AggregatorClient
-from remediation.plan import RemediationPolicy
+from agent.uplink.client import AggregatorClient
+from agent.uplink.link import AggregatorLink
+from core.clock import ManualClock
+from core.steps import Drain
+from remediation.plan.planner import RemediationPolicy
 
 TOKEN = "scenario-token-0123456789abcdef0123456789"
 HEARTBEAT_S = 60.0

@@ -19,21 +19,21 @@ from live_aggregator import LiveAggregator
 from sqlalchemy import create_engine, update
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
-from agent.central_drain import CentralDrainExecutor
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
+from agent.uplink.central_drain import CentralDrainExecutor
+from agent.uplink.client import AggregatorClient, NotFound, PermitLapsed
 from agent.wiring import build_agent
 from aggregator.remediator import Remediator
 from aggregator.store.tables import drains as drains_table
-from gpuhealth.core.aggregator_api import OPEN_DRAIN_PHASES
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.steps import Drain, Requeue
-from remediation.aggregator_client import AggregatorClient, NotFound, PermitLapsed
+from core.aggregator_api import OPEN_DRAIN_PHASES
+from core.clock import ManualClock, RealClock, utc_now
+from core.steps import Drain, Requeue
 from remediation.kubernetes.central import CentralDrains
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.requeue import REQUEUED_ANNOTATION, RequeuePolicy
-from remediation.plan import RemediationPolicy
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.requeue.decisions import REQUEUED_ANNOTATION, RequeuePolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"

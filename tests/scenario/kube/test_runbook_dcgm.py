@@ -14,12 +14,12 @@ from live_aggregator import LiveAggregator
 from repo_paths import FIXTURES
 from scenario_rig import NODE, KubeGpuNode
 
-from agent.aggregator_link import AggregatorLink
-from agent.state_machine import DebounceConfig
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Status
-from gpuhealth.core.health import NodeState
-from remediation.aggregator_client import AggregatorClient
+from agent.state.machine import DebounceConfig
+from agent.uplink.client import AggregatorClient
+from agent.uplink.link import AggregatorLink
+from core.clock import ManualClock
+from core.findings import Status
+from core.health import NodeState
 from tests.aggregator.postgres import free_port
 
 TOKEN = "scenario-token-0123456789abcdef0123456789"

@@ -19,11 +19,11 @@ from repo_paths import FIXTURES as TEST_FIXTURES
 from scenario_rig import NODE, KubeGpuNode
 from waiting import HANG_GUARD_S
 
-from agent.aggregator_link import AggregatorLink
-from agent.diagnostics import DiagnosticsRunner
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.health import NodeState
-from remediation.aggregator_client import AggregatorClient
+from agent.diagnostics.runner import DiagnosticsRunner
+from agent.uplink.client import AggregatorClient
+from agent.uplink.link import AggregatorLink
+from core.clock import ManualClock
+from core.health import NodeState
 
 TOKEN = "scenario-token-0123456789abcdef0123456789"
 HEARTBEAT_S = 60

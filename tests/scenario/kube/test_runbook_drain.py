@@ -18,18 +18,23 @@ import pytest
 from live_aggregator import LiveAggregator
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.steps import Drain, Requeue
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.kubernetes.drain_report import PodOutcome
+from core.clock import ManualClock, RealClock, utc_now
+from core.steps import Drain, Requeue
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.kubernetes.drain.report import PodOutcome
 from remediation.kubernetes.executor import KubernetesExecutor
-from remediation.kubernetes.requeue import EVENT_REASON, REQUEUED_ANNOTATION, KindMode, RequeuePolicy
-from remediation.plan import RemediationPolicy
+from remediation.kubernetes.requeue.decisions import (
+    EVENT_REASON,
+    REQUEUED_ANNOTATION,
+    KindMode,
+    RequeuePolicy,
+)
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"

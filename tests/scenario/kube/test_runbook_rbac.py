@@ -5,7 +5,7 @@ from __future__ import annotations
 from scenario_rig import KubeGpuNode
 from structlog.testing import capture_logs
 
-from gpuhealth.core.findings import Status
+from core.findings import Status
 from sim.kube.harness import KubeSim
 
 HOLD_S = 300.0  # kubernetes.forbidden_hold_s, the default

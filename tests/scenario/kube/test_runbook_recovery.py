@@ -23,17 +23,17 @@ from live_aggregator import LiveAggregator, free_port
 from repo_paths import FIXTURES as TEST_FIXTURES
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.recovery.settings import RebootSettings, RecoverySettings, ValidationSettings
 from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import RECOVERY_FAILED
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.findings import Action
-from gpuhealth.core.health import NodeState
-from gpuhealth.core.steps import Reboot, Reset, Validate, WithdrawReboot
-from remediation.kubernetes.drain_policy import DrainPolicy
-from remediation.plan import RemediationPolicy
+from agent.state.machine import RECOVERY_FAILED
+from core.clock import ManualClock, RealClock, utc_now
+from core.findings import Action
+from core.health import NodeState
+from core.steps import Reboot, Reset, Validate, WithdrawReboot
+from remediation.kubernetes.drain.policy import DrainPolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim, running_kube_sim
 from sim.simulated_recovery import SimulatedNodeRecovery
 

@@ -6,7 +6,7 @@ from kubernetes import client
 from scenario_rig import NODE, KubeGpuNode
 from waiting import wait_until
 
-from remediation.plan import RemediationPolicy
+from remediation.plan.planner import RemediationPolicy
 
 
 def test_a_human_uncordon_is_not_undone_for_the_same_incident(

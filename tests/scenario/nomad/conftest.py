@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from scenario_rig import NomadGpuNode
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 

@@ -8,8 +8,8 @@ import pytest
 from scenario_rig import NomadGpuNode
 from structlog.testing import capture_logs
 
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.findings import Status
+from core.clock import ManualClock
+from core.findings import Status
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 AGENT_RULES = """

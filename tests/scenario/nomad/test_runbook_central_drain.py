@@ -18,19 +18,19 @@ import pytest
 from live_aggregator import LiveAggregator
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
-from agent.central_drain import CentralDrainExecutor
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
+from agent.uplink.central_drain import CentralDrainExecutor
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.steps import Drain, Requeue
+from core.clock import ManualClock, RealClock, utc_now
+from core.steps import Drain, Requeue
 from remediation.nomad.api import NomadApi
 from remediation.nomad.central import NomadCentralDrains
 from remediation.nomad.drain import NomadDrainSetup
 from remediation.nomad.errors import NomadForbidden
 from remediation.nomad.settings import NomadSettings
-from remediation.plan import RemediationPolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.nomad.harness import NomadSim, running_nomad_sim
 from tests.deploy.nomad_hcl import AGENT_POLICY, REMEDIATOR_POLICY
 

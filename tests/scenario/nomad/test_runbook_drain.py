@@ -17,15 +17,15 @@ import pytest
 from live_aggregator import LiveAggregator
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.loop import Agent, TickResult
 from agent.settings import AgentSettings, HttpSettings
-from agent.state_machine import DebounceConfig
+from agent.state.machine import DebounceConfig
 from agent.wiring import build_agent
-from gpuhealth.core.clock import ManualClock, RealClock, utc_now
-from gpuhealth.core.steps import Drain, Requeue
+from core.clock import ManualClock, RealClock, utc_now
+from core.steps import Drain, Requeue
 from remediation.nomad.executor import NomadExecutor
-from remediation.plan import RemediationPolicy
+from remediation.plan.planner import RemediationPolicy
+from sim.fakes.nvml import FakeNvml
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 TOKEN = "drain-scenario-token-0123456789abcdef0123456789"

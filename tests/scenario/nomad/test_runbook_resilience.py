@@ -5,7 +5,7 @@ from __future__ import annotations
 from scenario_rig import NomadGpuNode
 
 from agent.loop import TickResult
-from gpuhealth.core.steps import EmitEvent, StepResult
+from core.steps import EmitEvent, StepResult
 
 
 def nomad_results(result: TickResult) -> list[StepResult]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.controllers import JobController, Kubelet, Scheduler
 from sim.kube.controllers.job import format_indexes, parse_indexes
 from sim.kube.disruption import disruption_target_condition

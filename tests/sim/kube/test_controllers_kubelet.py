@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.controllers import Kubelet
 from sim.kube.fleet import gpu_node
 from sim.kube.store import MemoryStore

@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.controllers import default_controllers
 from sim.kube.disruption import disruption_target_condition
 from sim.kube.fleet import build_fleet

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.controllers.pytorchjob import restarts_failed_pod
 from sim.kube.harness import KubeSim, running_kube_sim
 

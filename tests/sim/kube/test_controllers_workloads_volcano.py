@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 
 GROUP, VERSION, PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.fleet import WorkloadError, build_fleet, gpu_node, load_workloads
 from sim.kube.store import MemoryStore
 

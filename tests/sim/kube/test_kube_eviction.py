@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.harness import KubeSim
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.harness import KubeSim, running_kube_sim
 from sim.kube.manager import ControllerManager, UnknownControllerError
 from sim.kube.protocols import ObjectStore

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.protocols import Conflict
 from sim.kube.store import HistoryExpiredError, MemoryStore, NamespaceNotFoundError, StoreEvent
 

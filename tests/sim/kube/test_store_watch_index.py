@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.kube.store import MemoryStore, StoreEvent
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import nomad
 import pytest
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 

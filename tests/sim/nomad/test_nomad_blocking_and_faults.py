@@ -16,7 +16,7 @@ import pytest
 from nomad.api.exceptions import BaseNomadException
 from waiting import HANG_GUARD_S, wait_until
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.nomad.harness import NomadSim
 from sim.nomad.http import parse_duration
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.nomad.constraints import check, device_satisfies, node_satisfies, node_target
 from sim.nomad.model import gpu_node
 

@@ -13,7 +13,7 @@ import httpx
 import nomad
 import pytest
 
-from gpuhealth.core.clock import ManualClock
+from core.clock import ManualClock
 from sim.nomad.harness import NomadSim
 
 HOUR_NS = 3_600_000_000_000

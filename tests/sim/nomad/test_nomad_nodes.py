@@ -50,7 +50,7 @@ def test_read_node_shows_gpu_devices_as_the_nvidia_plugin_fingerprints_them(
 
 def test_gpu_instance_ids_match_the_fake_nvml_uuids() -> None:
     """Instance IDs equal FakeNvml's UUIDs for the same seed and node name, so agent and orchestrator agree."""
-    from agent.backends.fake_gpu import fake_uuid
+    from sim.fakes.gpu import fake_uuid
 
     with running_nomad_sim(nodes=1, gpus_per_node=2, controllers=False, gpu_seed=7) as sim:
         instances = sim.state.node("gpu-node-0")["NodeResources"]["Devices"][0]["Instances"]

@@ -11,18 +11,18 @@ import pytest
 from executor_defaults import ExecutorDefaults
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.backends.fake_nvml import FakeNvml
-from agent.backends.nvml_backend import NvmlBackend
-from agent.backends.xid_watcher import XidBuffer, XidWatcher
+from agent.backends.nvml.backend import NvmlBackend
+from agent.backends.nvml.xid_watcher import XidBuffer, XidWatcher
 from agent.loop import Agent, AgentParts, Waiter
-from agent.sources import XidFeed
-from agent.state_machine import DebounceConfig, HealthStateMachine
-from agent.state_store import StateStore
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.health import NodeState
-from gpuhealth.core.snapshot import NodeSnapshot
-from gpuhealth.core.steps import ApplyReport, EmitEvent, NodeFacts, SetTaint, Step, StepResult
-from remediation.plan import RemediationMemory, RemediationPolicy, facts_after
+from agent.sources.wakeups import XidFeed
+from agent.state.machine import DebounceConfig, HealthStateMachine
+from agent.state.store import StateStore
+from core.clock import ManualClock
+from core.health import NodeState
+from core.snapshot import NodeSnapshot
+from core.steps import ApplyReport, EmitEvent, NodeFacts, SetTaint, Step, StepResult
+from remediation.plan.planner import RemediationMemory, RemediationPolicy, facts_after
+from sim.fakes.nvml import FakeNvml
 
 
 class FakeNode(ExecutorDefaults):

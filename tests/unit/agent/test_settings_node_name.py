@@ -10,9 +10,9 @@ import structlog
 from pydantic import ValidationError
 
 from agent.settings import SettingsError, load_settings
+from core.aggregator_api import Report, is_accepted_node_name
 from gpuhealth.cli.agent_cmd import EXIT_BAD_SETTINGS
 from gpuhealth.cli.main import main
-from gpuhealth.core.aggregator_api import Report, is_accepted_node_name
 
 BAD_NAMES = ["GPU Node 1", "-edge", "node_", "n" * 254, "node/1"]
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from checks.config import ChecksConfig, ConfigError
-from gpuhealth.core.findings import Action
+from core.findings import Action
 
 
 def test_from_mapping_of_nothing_is_the_default() -> None:

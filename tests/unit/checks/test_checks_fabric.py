@@ -14,8 +14,8 @@ from agent.backends.kernel_log import parse_link_line, parse_sxid_line
 from checks.config import ChecksConfig
 from checks.fabric import FabricMemory, check_fabric, judge_fabric_trends
 from checks.runner import run_checks
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import IbPort, NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import IbPort, NodeSnapshot
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 UP = ("4: ACTIVE", "5: LinkUp")

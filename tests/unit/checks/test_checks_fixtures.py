@@ -6,8 +6,8 @@ import pytest
 from repo_paths import FIXTURES as TEST_FIXTURES
 
 from checks.runner import run_checks
-from gpuhealth.core.findings import Action, Status
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.findings import Action, Status
+from core.snapshot import NodeSnapshot
 
 FIXTURES = TEST_FIXTURES / "snapshots"
 

@@ -10,7 +10,7 @@ from checks_builders import gpu, node
 from checks.config import ChecksConfig
 from checks.nvlink import check_nvlink
 from checks.pcie import check_pcie
-from gpuhealth.core.findings import Action, Status
+from core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

@@ -9,7 +9,7 @@ from checks_builders import gpu, node
 
 from checks.config import ChecksConfig
 from checks.memory import check_ecc, check_retired_pages, check_row_remap
-from gpuhealth.core.findings import Action, Finding, Status
+from core.findings import Action, Finding, Status
 
 DEFAULTS = ChecksConfig()
 

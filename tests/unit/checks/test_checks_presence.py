@@ -6,7 +6,7 @@ from checks_builders import bare_gpu, gpu, node
 
 from checks.config import ChecksConfig
 from checks.presence import TELEMETRY_FIELDS, answered_nothing, check_presence
-from gpuhealth.core.findings import Action, Status
+from core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

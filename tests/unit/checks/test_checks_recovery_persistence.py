@@ -8,7 +8,7 @@ from checks_builders import gpu, node
 from checks.config import ChecksConfig
 from checks.persistence import check_persistence
 from checks.recovery_action import check_recovery_action
-from gpuhealth.core.findings import Action, Status
+from core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

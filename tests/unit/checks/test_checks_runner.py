@@ -6,8 +6,8 @@ from checks_builders import gpu, gpu_with_xids, node, xid
 
 from checks.config import ChecksConfig
 from checks.runner import CHECKS, RegisteredCheck, run_checks
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import NodeSnapshot
+from core.findings import Action, Finding, Status
+from core.snapshot import NodeSnapshot
 
 
 def test_registry_runs_every_family_in_a_fixed_order() -> None:

@@ -7,7 +7,7 @@ from checks_builders import gpu, node
 
 from checks.config import ChecksConfig
 from checks.thermal import check_thermal
-from gpuhealth.core.findings import Action, Status
+from core.findings import Action, Status
 
 DEFAULTS = ChecksConfig()
 

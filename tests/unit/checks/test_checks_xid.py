@@ -9,8 +9,8 @@ from checks_builders import gpu, gpu_with_xids, node, xid
 
 from checks.config import ChecksConfig
 from checks.xid import check_xid, occurrences, recovery_action_from_message
-from gpuhealth.core.findings import Action, Finding, Status
-from gpuhealth.core.snapshot import XidEvent
+from core.findings import Action, Finding, Status
+from core.snapshot import XidEvent
 
 DEFAULTS = ChecksConfig()
 

@@ -16,7 +16,7 @@ from checks.xid_catalogue import (
     lookup,
     status_for_action,
 )
-from gpuhealth.core.findings import Action, Status
+from core.findings import Action, Status
 
 ROWS = sorted(CATALOGUE.values(), key=lambda entry: entry.xid)
 

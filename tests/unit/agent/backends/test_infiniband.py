@@ -6,8 +6,8 @@ from pathlib import Path
 
 from repo_paths import FIXTURES
 
-from agent.backends.fake_infiniband import FakeInfiniband
 from agent.backends.infiniband import read_ib_ports
+from sim.fakes.infiniband import FakeInfiniband
 
 TREE = FIXTURES / "fabric" / "sysfs-hgx"
 

@@ -17,7 +17,7 @@ from agent.backends.podresources import (
     decode_list_response,
     gpu_pod_map,
 )
-from gpuhealth.core.gpu_pods import GpuPodMapError
+from core.gpu_pods import GpuPodMapError
 
 NODE = "gpu-node-0"
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import pytest
 from repo_paths import FIXTURES
 
-from agent.backends.dcgm_exporter import findings_for_page, host_of, parse_metrics
+from agent.backends.dcgm.exporter import findings_for_page, host_of, parse_metrics
 from agent.backends.kernel_log import parse_kernel_log, parse_sxid_line
 from agent.backends.kernel_log.fallen_off import MESSAGE as FALLEN_OFF_MESSAGE
 from checks.config import ChecksConfig

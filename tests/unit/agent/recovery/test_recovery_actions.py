@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from waiting import HANG_GUARD_S
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.recovery.actions import HostActions
 from agent.recovery.background import BackgroundValidation
 from agent.recovery.commands import CommandOutcome
@@ -19,9 +18,10 @@ from agent.recovery.executor import LocalRecovery, LocalRecoveryParts
 from agent.recovery.reset import GpuResetter, GpuTarget
 from agent.recovery.settings import RebootSettings, RecoverySettings
 from agent.recovery.validation import ValidationOutcome
-from gpuhealth.core.clock import ManualClock
-from gpuhealth.core.steps import Reboot, Reset, Validate, WithdrawReboot
-from remediation.recovery_plan import RecoveryRules
+from core.clock import ManualClock
+from core.steps import Reboot, Reset, Validate, WithdrawReboot
+from remediation.plan.recovery import RecoveryRules
+from sim.fakes.nvml import FakeNvml
 from sim.simulated_recovery import SimulatedNodeRecovery
 
 INCIDENT = "inc-1"

@@ -13,9 +13,8 @@ from executor_defaults import ExecutorDefaults
 from repo_paths import FIXTURES as TEST_FIXTURES
 from waiting import HANG_GUARD_S
 
-from agent.backends import nvml as nvml_seam
-from agent.backends.dcgmi import DcgmiError, DiagRun
-from agent.backends.fake_nvml import FakeNvml
+from agent.backends.dcgm.dcgmi import DcgmiError, DiagRun
+from agent.backends.nvml import seam as nvml_seam
 from agent.recovery.actions import HostActions
 from agent.recovery.executor import LocalRecovery, LocalRecoveryParts, RecoveringExecutor
 from agent.recovery.reboot import read_boot_id, request_reboot
@@ -23,7 +22,7 @@ from agent.recovery.reset import GpuResetter
 from agent.recovery.settings import RebootSettings, RecoverySettings
 from agent.recovery.validation import DcgmiValidator, ReadingsOnly
 from checks.dcgmi import parse_diag
-from gpuhealth.core.steps import (
+from core.steps import (
     ApplyReport,
     NodeFacts,
     Reboot,
@@ -34,7 +33,8 @@ from gpuhealth.core.steps import (
     StepResult,
     Validate,
 )
-from remediation.recovery_plan import RecoveryRules
+from remediation.plan.recovery import RecoveryRules
+from sim.fakes.nvml import FakeNvml
 
 FIXTURES = TEST_FIXTURES / "dcgm"
 FAKE_SMI = """\

@@ -7,13 +7,13 @@ from __future__ import annotations
 from health_readings import HEALTHY, ROW_REMAP_PENDING, XID_48, Rig
 
 from agent.recovery.settle import settle_recovery
-from agent.state_machine import RECOVERY_FAILED, DebounceConfig
-from gpuhealth.core.findings import Action
-from gpuhealth.core.health import NodeState
-from gpuhealth.core.plan_memory import RemediationMemory
-from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
-from gpuhealth.core.steps import ApplyReport, Reset, StepResult, Validate
-from remediation.recovery_plan import RecoveryRules
+from agent.state.machine import RECOVERY_FAILED, DebounceConfig
+from core.findings import Action
+from core.health import NodeState
+from core.plan_memory import RemediationMemory
+from core.recovery_record import RecoveryPhase, RecoveryRecord
+from core.steps import ApplyReport, Reset, StepResult, Validate
+from remediation.plan.recovery import RecoveryRules
 
 RULES = RecoveryRules(max_attempts=2, clean_readings=2)
 LONG_DWELL = DebounceConfig(min_dwell_s=3600.0, clean_readings_to_recover=5)

@@ -9,16 +9,16 @@ from pathlib import Path
 
 from waiting import HANG_GUARD_S
 
-from agent.backends.fake_nvml import FakeNvml
 from agent.recovery.actions import HostActions
 from agent.recovery.executor import LocalRecovery, LocalRecoveryParts
 from agent.recovery.reset import GpuResetter
 from agent.recovery.settings import RecoverySettings, ValidationSettings
 from agent.recovery.validation import ValidationOutcome
-from gpuhealth.core.recovery_record import RecoveryPhase, RecoveryRecord
-from gpuhealth.core.steps import StepResult, Validate
-from remediation.recovery_plan import RecoveryRules, plan_recovery, record_results
-from tests.unit.remediation.test_recovery_plan import DRAIN_DONE, DRAINED, INCIDENT, health
+from core.recovery_record import RecoveryPhase, RecoveryRecord
+from core.steps import StepResult, Validate
+from remediation.plan.recovery import RecoveryRules, plan_recovery, record_results
+from sim.fakes.nvml import FakeNvml
+from tests.unit.remediation.plan.test_recovery import DRAIN_DONE, DRAINED, INCIDENT, health
 
 RULES = RecoveryRules(max_validation_starts=3)
 

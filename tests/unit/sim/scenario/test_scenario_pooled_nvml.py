@@ -8,8 +8,8 @@ import time
 import pynvml
 import pytest
 
-from agent.backends import nvml
-from agent.backends.fake_structs import FakeEventSet
+from agent.backends.nvml import seam as nvml
+from sim.fakes.structs import FakeEventSet
 from sim.scenario.agents import POOLED_EVENT_WAIT_MS, PooledFleetNvml
 
 

@@ -1,0 +1,1 @@
+"""DCGM readings: dcgm-exporter's /metrics page and the ``dcgmi`` command (readings only, never judgement)."""

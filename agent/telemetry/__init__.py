@@ -1,0 +1,1 @@
+"""What the agent publishes about itself: Prometheus metrics and its /metrics, /healthz, /readyz server."""

@@ -1,0 +1,1 @@
+"""The executor contract every orchestrator implements, and the plumbing the executors share."""

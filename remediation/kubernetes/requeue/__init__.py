@@ -1,0 +1,1 @@
+"""The requeue of training jobs: pure decisions over owner chains, and the API calls that carry them out."""

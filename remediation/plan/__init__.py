@@ -1,0 +1,1 @@
+"""The pure planner: verdict + policy + node facts -> plan steps (node, per-GPU scope, recovery)."""

@@ -1,0 +1,1 @@
+"""The simulator's commands, added to the ``gpuhealth`` command line: ``demo`` and ``sim``."""
