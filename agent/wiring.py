@@ -223,10 +223,14 @@ def _aggregator_parts(settings: AgentSettings, clock: Clock) -> tuple[Aggregator
     # From a file, the token is read for every request (a projected ServiceAccount token for Kubernetes
     # TokenReview rotates; so may a Secret): only a token from the environment is fixed.
     from_file = section.token_file if token and not os.environ.get(AGGREGATOR_TOKEN_ENV, "").strip() else None
-    try:
-        verify = tls_context(section.ca_file, section.client_cert_file, section.client_key_file)
-    except AggregatorError as exc:
-        raise SettingsError(f"aggregator: {exc}") from None
+    verify = None
+    if section.url.startswith("https://"):  # loading CAs costs tens of ms: only for a TLS link
+        try:
+            verify = tls_context(section.ca_file, section.client_cert_file, section.client_key_file)
+        except AggregatorError as exc:
+            raise SettingsError(f"aggregator: {exc}") from None
+    elif section.ca_file or section.client_cert_file:
+        log.warning("aggregator_tls_files_unused", reason="aggregator.url is plain HTTP", url=section.url)
     client = AggregatorClient(
         section.url,
         None if from_file else token,

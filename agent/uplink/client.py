@@ -207,7 +207,8 @@ class AggregatorClient:
             timeout=timeout_s,
             transport=transport,
             auth=auth,
-            verify=verify if verify is not None else True,
+            # Plain HTTP needs no certificates: httpx would otherwise load the system's CAs for nothing.
+            verify=verify if verify is not None else self.base_url.startswith("https://"),
         )
         self._retries = max(1, retries)
         self._sleep = sleep

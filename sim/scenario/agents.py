@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from agent.loop import Agent
 from agent.settings import AgentSettings, FabricSettings, HttpSettings, KubernetesSettings
@@ -16,7 +17,8 @@ from remediation.plan.planner import RemediationPolicy
 from sim.fakes.infiniband import FakeInfiniband
 from sim.fakes.nvml import FakeNvml
 from sim.fakes.structs import FakeEventData, FakeEventSet
-from sim.scenario.model import AgentKnobs, Fleet
+from sim.scenario.faults import apply_fault
+from sim.scenario.model import AgentKnobs, Fleet, GpuFault
 from sim.scenario.orchestrator import Orchestrator
 from sim.scenario.recovery import recovery_settings
 from sim.scenario.ticker import AgentTicker
@@ -118,12 +120,28 @@ def agent_settings(
     )
 
 
+class AgentFleet(Protocol):
+    """The running agents as the engine sees them: faults go in, and the whole fleet stops."""
+
+    def apply_fault(self, names: Sequence[str], gpu: int, fault: GpuFault) -> None:
+        """Inject ``fault`` on GPU ``gpu`` of each node; raises FabricFaultError where it cannot apply."""
+        ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class RunningFleet:
     """The started agents, and the ticker that drives them when the fleet is too large for a thread each."""
 
     nodes: list[SimNode]
     ticker: AgentTicker | None
+
+    def apply_fault(self, names: Sequence[str], gpu: int, fault: GpuFault) -> None:
+        by_name = {node.name: node for node in self.nodes}
+        for name in names:
+            node = by_name[name]
+            apply_fault(node.nvml, node.infiniband, gpu, fault)
 
     def stop(self) -> None:
         if self.ticker is not None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from agent.settings import AgentSettings
 from aggregator.remediator import DrainFactory
 from sim.aggregator_process import AggregatorServer
 from sim.scenario.agents import (
-    RunningFleet,
-    SimNode,
+    AgentFleet,
     agent_settings,
     scaled_knobs,
     start_agents,
@@ -28,7 +28,8 @@ from sim.scenario.agents import (
     wait_ready,
 )
 from sim.scenario.expectations import Look, World, expected_text, look_safely
-from sim.scenario.faults import FabricFaultError, apply_fault, describe_fault
+from sim.scenario.faults import FabricFaultError, describe_fault
+from sim.scenario.hosts import HostedFleet, HostedNode, HostError
 from sim.scenario.identities import DemoIdentities
 from sim.scenario.kube_orchestrator import KubernetesOrchestrator
 from sim.scenario.model import (
@@ -61,6 +62,8 @@ GRACE_S = 5.0  # past the last deadline, in case a look came late on a busy mach
 READY_TIMEOUT_S = 60.0
 READY_S_PER_NODE = 0.6  # a large fleet's agents come up one after another (the emulator's watches slow down)
 WORKLOAD_TIMEOUT_S = 60.0
+# From this size on, the agents run in host processes (sim/scenario/hosts.py), as a pooled fleet each.
+HOSTED_FROM = 65
 STALE_AFTER_HEARTBEATS = 3.0  # missed heartbeats before a node is stale (a busy machine delays some)
 
 
@@ -149,8 +152,7 @@ def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0)
         observer.progress(f"fleet up in {startup_s:.1f} s; playing {scenario.name!r}{slower}")
         with aggregator.client(identities.admin_token) as client:
             world = World(orchestrator, client, receiver, TargetResolver(orchestrator, len(names)))
-            nodes = {n.name: n for n in fleet.nodes}
-            player = _Player(scenario, world, nodes, aggregator, observer, look_every_s=look_interval(scale))
+            player = _Player(scenario, world, fleet, aggregator, observer, look_every_s=look_interval(scale))
             results, latencies, timeline_s = player.play()
         alerts = Counter(alert.kind for alert in receiver.alerts)
         if keep_s > 0:
@@ -241,7 +243,13 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
     workdir: Path,
     observer: Observer,
     identities: DemoIdentities,
-) -> RunningFleet:
+) -> AgentFleet:
+    """Every node's agent, started and ready, and known to the aggregator.
+
+    A fleet of ``HOSTED_FROM`` nodes or more runs in agent host processes (``sim/scenario/hosts.py``) when the
+    orchestrator can connect agents from another process; a smaller one (or one whose agents need this
+    process, such as a partial drain's emulated kubelet) runs here.
+    """
     central = aggregator.drains_centrally
     token_files = identities.write_agent_tokens(workdir / "agent-tokens")
     state_root = workdir / "agents"
@@ -254,18 +262,37 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
 
         return report
 
-    fleet = start_agents(
-        orchestrator,
-        scenario.fleet,
-        names,
-        lambda name: agent_settings(
+    def settings(name: str) -> AgentSettings:
+        return agent_settings(
             scenario.fleet, name, state_root, aggregator.url, token_files[name], central=central
-        ),
-        every_tenth("agents started"),
-    )
+        )
+
+    timeout_s = max(READY_TIMEOUT_S, READY_S_PER_NODE * len(names))
+    connector = orchestrator.connector() if len(names) >= HOSTED_FROM else None
+    fleet: AgentFleet
     try:
-        timeout_s = max(READY_TIMEOUT_S, READY_S_PER_NODE * len(names))
-        wait_ready(fleet.nodes, timeout_s, every_tenth("agents ready"))
+        if connector is not None and not scenario.fleet.agent.partial_drain:
+            reporters = {"started": every_tenth("agents started"), "ready": every_tenth("agents ready")}
+            hosted = [HostedNode(name, seed, settings(name)) for seed, name in enumerate(names)]
+            fleet = HostedFleet.start(
+                scenario.fleet,
+                hosted,
+                connector,
+                ready_timeout_s=timeout_s,
+                progress=lambda what, done, total: reporters[what](done, total),
+            )
+        else:
+            running = start_agents(
+                orchestrator, scenario.fleet, names, settings, every_tenth("agents started")
+            )
+            fleet = running
+            wait_ready(running.nodes, timeout_s, every_tenth("agents ready"))
+    except HostError as exc:
+        raise ScenarioRunError(str(exc)) from None
+    except TimeoutError as exc:
+        fleet.stop()
+        raise ScenarioRunError(str(exc)) from None
+    try:
         _wait_known(aggregator, identities.admin_token, len(names), timeout_s)
     except TimeoutError as exc:
         fleet.stop()
@@ -290,7 +317,7 @@ class _Player:
         self,
         scenario: Scenario,
         world: World,
-        nodes: dict[str, SimNode],
+        fleet: AgentFleet,
         aggregator: AggregatorServer,
         observer: Observer,
         *,
@@ -299,7 +326,7 @@ class _Player:
         self.scenario = scenario
         self.look_every_s = look_every_s
         self.world = world
-        self.nodes = nodes
+        self.fleet = fleet
         self.aggregator = aggregator
         self.observer = observer
         self.actions = expand(scenario.timeline)
@@ -359,14 +386,13 @@ class _Player:
         self.world.targets.record_hit(injection.label(), targets)
         applied = ClearFault() if action.repair else fault
         started = time.monotonic()
-        for name in targets:
-            node = self.nodes[name]
-            try:
-                apply_fault(node.nvml, node.infiniband, injection.gpu, applied)
-            except FabricFaultError as exc:
-                raise ScenarioRunError(f"injection {injection.label()}: {exc}") from None
-            if action.play == 0 and not action.repair and not isinstance(fault, ClearFault):
+        if action.play == 0 and not action.repair and not isinstance(fault, ClearFault):
+            for name in targets:  # before the fault goes in: a node tainted already is not timed
                 self.probe.watch(injection.label(), name, started)
+        try:
+            self.fleet.apply_fault(targets, injection.gpu, applied)
+        except FabricFaultError as exc:
+            raise ScenarioRunError(f"injection {injection.label()}: {exc}") from None
         where = ", ".join(targets[:4]) + (f" (+{len(targets) - 4})" if len(targets) > 4 else "")
         what = "repaired" if action.repair else describe_fault(fault)
         self.observer.event(now, f"{what} on GPU {injection.gpu} of {where}")

@@ -7,6 +7,8 @@ would. What the agents did is read back from the emulator's store (the same obje
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,36 @@ POLL_S = 0.05
 # each, which at a thousand agents is most of the process's memory. Watches hold a connection each; the
 # pool keeps this many for reuse and opens (then drops) extra ones as requests need them.
 SHARED_POOL_CONNECTIONS = 64
+
+
+def shared_client(url: str, token: str) -> client.ApiClient:
+    """One API client for many agents of one process (see ``SHARED_POOL_CONNECTIONS``)."""
+    configuration = client.Configuration(host=url, api_key={"authorization": f"Bearer {token}"})
+    configuration.connection_pool_maxsize = SHARED_POOL_CONNECTIONS
+    return client.ApiClient(configuration)
+
+
+def kube_agent(settings: AgentSettings, library: NvmlLibrary, api_client: client.ApiClient) -> Agent:
+    """A node's real agent on the API server behind ``api_client``, with simulated recovery."""
+    return build_agent(
+        settings,
+        library=library,
+        api_client=api_client,
+        clock=RealClock(),
+        recovery_actions=simulated_recovery(settings, library),
+    )
+
+
+@dataclass(frozen=True)
+class KubeConnector:
+    """Agents in another process reach the API server at ``url`` with ``token`` (one client per process)."""
+
+    url: str
+    token: str
+
+    def agent_builder(self) -> Callable[[AgentSettings, NvmlLibrary], Agent]:
+        api_client = shared_client(self.url, self.token)
+        return lambda settings, library: kube_agent(settings, library, api_client)
 
 
 class KubernetesOrchestrator:
@@ -90,13 +122,10 @@ class KubernetesOrchestrator:
             Path(socket).parent.mkdir(parents=True, exist_ok=True)
             server = PodResourcesServer(self.sim.store, settings.node_name, library.gpu_uuids, socket)
             self._kubelets.append(server.start())
-        return build_agent(
-            settings,
-            library=library,
-            api_client=self._shared_client(),
-            clock=RealClock(),
-            recovery_actions=simulated_recovery(settings, library),
-        )
+        return kube_agent(settings, library, self._shared_client())
+
+    def connector(self) -> KubeConnector:
+        return KubeConnector(self.sim.url, DUMMY_TOKEN)
 
     def central_drains(self) -> DrainFactory:
         """Drains with a client of the remediator's own (the aggregator's ServiceAccount in a cluster)."""
@@ -107,11 +136,7 @@ class KubernetesOrchestrator:
 
     def _shared_client(self) -> client.ApiClient:
         if self._client is None:
-            configuration = client.Configuration(
-                host=self.sim.url, api_key={"authorization": f"Bearer {DUMMY_TOKEN}"}
-            )
-            configuration.connection_pool_maxsize = SHARED_POOL_CONNECTIONS
-            self._client = client.ApiClient(configuration)
+            self._client = shared_client(self.sim.url, DUMMY_TOKEN)
         return self._client
 
     # --- workloads -------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ back from the emulator's state (the same objects the API serves):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agent.backends.nvml.seam import NvmlLibrary
@@ -53,6 +55,25 @@ WATCH_WAIT_S = 1.0  # the executor's blocking node query: short, so that stoppin
 UNHEALTHY_CONSTRAINT = {"LTarget": "${meta.gpuhealth.state}", "Operand": "!=", "RTarget": "unhealthy"}
 
 
+def nomad_agent(settings: AgentSettings, library: NvmlLibrary, address: str) -> Agent:
+    """A node's real agent on its local Nomad client agent at ``address``, with simulated recovery."""
+    nomad = NomadSettings(address=address, watch_wait_s=WATCH_WAIT_S, retry=DEMO_RETRY)
+    on_nomad = settings.model_copy(update={"orchestrator": "nomad", "nomad": nomad})
+    return build_agent(
+        on_nomad, library=library, clock=RealClock(), recovery_actions=simulated_recovery(on_nomad, library)
+    )
+
+
+@dataclass(frozen=True)
+class NomadConnector:
+    """Agents in another process reach their node's local client agent at its address."""
+
+    addresses: dict[str, str]
+
+    def agent_builder(self) -> Callable[[AgentSettings, NvmlLibrary], Agent]:
+        return lambda settings, library: nomad_agent(settings, library, self.addresses[settings.node_name])
+
+
 class NomadOrchestrator:
     """``sim.nomad`` (API, scheduler, drainer) on real time, with the agent's system job on every node."""
 
@@ -64,6 +85,7 @@ class NomadOrchestrator:
         self._gpus = 8
         self._gangs: list[frozenset[str]] = []  # the training job's allocation IDs, one set per gang seen
         self._central: NomadCentralDrains | None = None
+        self._names: list[str] = []
 
     @property
     def sim(self) -> NomadSim:
@@ -77,7 +99,8 @@ class NomadOrchestrator:
         # The agent runs as a system job, so a drain (IgnoreSystemJobs) leaves an allocation on the node.
         self._sim.register_job(_job(AGENT_JOB, "system", count=1, gpus=0))
         self._sim.wait_placed(AGENT_JOB, nodes, timeout=max(10.0, nodes * 0.05))
-        return node_names(nodes)
+        self._names = node_names(nodes)
+        return self._names
 
     def stop(self) -> None:
         if self._central is not None:
@@ -88,16 +111,10 @@ class NomadOrchestrator:
             self._sim = None
 
     def build_agent(self, settings: AgentSettings, library: NvmlLibrary) -> Agent:
-        nomad = NomadSettings(
-            address=self.sim.client_address(settings.node_name), watch_wait_s=WATCH_WAIT_S, retry=DEMO_RETRY
-        )
-        on_nomad = settings.model_copy(update={"orchestrator": "nomad", "nomad": nomad})
-        return build_agent(
-            on_nomad,
-            library=library,
-            clock=RealClock(),
-            recovery_actions=simulated_recovery(on_nomad, library),
-        )
+        return nomad_agent(settings, library, self.sim.client_address(settings.node_name))
+
+    def connector(self) -> NomadConnector:
+        return NomadConnector({name: self.sim.client_address(name) for name in self._names})
 
     def central_drains(self) -> None:
         """None: on Nomad the agents still drain their own node (docs/nomad.md, "Least privilege")."""

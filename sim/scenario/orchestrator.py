@@ -8,13 +8,16 @@ restarts), and to take the orchestrator's API away for an outage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from aggregator.remediator import DrainFactory
 from sim.scenario.model import Role, Workloads
+
+if TYPE_CHECKING:
+    from sim.scenario.hosts import AgentConnector
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ class Orchestrator(Protocol):
 
     def build_agent(self, settings: AgentSettings, library: NvmlLibrary) -> Agent:
         """The node's real agent (``agent.wiring.build_agent``), wired to this orchestrator's API."""
+        ...
+
+    def connector(self) -> AgentConnector | None:
+        """How agents in another process reach this orchestrator (``sim/scenario/hosts.py``), or None
+        when they must run in this one."""
         ...
 
     def central_drains(self) -> DrainFactory | None:

@@ -281,3 +281,22 @@ def test_an_unloadable_kubernetes_ca_file_is_one_line_at_start(tmp_path: Path) -
     )
     with pytest.raises(SettingsError, match=r"cannot load kubernetes_ca_file .*no-ca\.crt"):
         build_chain(settings)
+
+
+def test_a_plain_http_agent_loads_no_certificates_and_says_its_tls_files_are_unused(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Loading the system's CAs costs tens of milliseconds per agent (a thousand agents of the demo spent a
+    third of their start-up there): an http:// link builds no TLS context, and TLS files given for it are
+    named in one warning instead of being silently ignored."""
+    settings = _agent_settings(tmp_path, "http://127.0.0.1:1", ca_file=tmp_path / "missing.pem")
+    with structlog.testing.capture_logs() as logs:
+        agent = build_agent(
+            settings, library=FakeNvml("h100_sxm", 1, node_name=NODE), clock=clock, executor=PerfectNode()
+        )
+    try:
+        assert [e["reason"] for e in logs if e["event"] == "aggregator_tls_files_unused"] == [
+            "aggregator.url is plain HTTP"
+        ]
+    finally:
+        agent.close()

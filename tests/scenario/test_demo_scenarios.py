@@ -8,10 +8,12 @@ drain; alerts sent), an API outage, and the breaker on its own; and the default 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 from recording_observer import RecordingObserver
 
-from sim.scenario import agents
+from sim.scenario import agents, engine, hosts
 from sim.scenario.engine import run_scenario
 from sim.scenario.loader import ScenarioError, load_scenario, parse_scenario, shipped_scenarios
 
@@ -60,6 +62,24 @@ def test_agents_ticked_by_the_pool_of_a_large_fleet_taint_at_once_on_an_xid(
     at once (well before the next interval), and an application XID leaves its node alone."""
     monkeypatch.setattr(agents, "THREADED_UP_TO", 0)
     scenario = parse_scenario(POOLED)
+
+    summary = run_scenario(scenario, RecordingObserver())
+
+    assert summary.passed, summary.expectations
+    (latency,) = [item for item in summary.fault_to_taint if item.injection == "hit"]
+    assert latency.seconds is not None and latency.seconds < scenario.fleet.agent.interval_s * 3
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("orchestrator", ["kubernetes", "nomad"])
+def test_agents_in_host_processes_taint_at_once_on_an_xid(
+    monkeypatch: pytest.MonkeyPatch, orchestrator: Literal["kubernetes", "nomad"]
+) -> None:
+    """A large fleet's agents run in child processes, a share of the nodes each, and take the engine's faults
+    over a pipe: the same expectations hold, and an XID still wakes its agent at once. Two hosts here."""
+    monkeypatch.setattr(engine, "HOSTED_FROM", 0)
+    monkeypatch.setattr(hosts, "host_count", lambda nodes: 2)
+    scenario = parse_scenario(POOLED).on(orchestrator)
 
     summary = run_scenario(scenario, RecordingObserver())
 
