@@ -87,11 +87,18 @@ class Target:
         picked = pick(answer) if pick else {}
         return Outcome(200, fields=tuple(sorted(picked.items())))
 
-    def pod(self, *, labels: dict[str, str] | None = None, node: str | None = None, grace: int = 0) -> str:
+    def pod(
+        self,
+        *,
+        labels: dict[str, str] | None = None,
+        node: str | None = None,
+        grace: int = 0,
+        finalizers: list[str] | None = None,
+    ) -> str:
         """A Running pod bound to ``node`` (default the first); returns its name."""
         name = self.unique("pod")
         body = {
-            "metadata": {"name": name, "labels": labels or {}},
+            "metadata": {"name": name, "labels": labels or {}, "finalizers": finalizers or []},
             "spec": {
                 "nodeName": node or self.nodes[0],
                 "terminationGracePeriodSeconds": grace,
@@ -314,13 +321,16 @@ def probe_evict_a_missing_pod(t: Target) -> Outcome:
     return eviction(t, "no-such-pod")
 
 
+HOLD = "gpuhealth.test/hold"
+
+
 def probe_eviction_allowed_marks_disruption_target(t: Target) -> Outcome:
-    name = t.pod(grace=30)
+    # The finalizer keeps the evicted pod readable: a kubelet may finish a terminating pod at once (the test
+    # kubelets do), and without the hold the read below races it.
+    name = t.pod(grace=30, finalizers=[HOLD])
     outcome = eviction(t, name)
-    try:
-        pod = t.core.read_namespaced_pod(name, t.namespace)
-    except ApiException as exc:  # already gone: a kubelet finished it
-        return Outcome(outcome.status, outcome.reason, fields=(("read_after", exc.status),))
+    pod = t.core.read_namespaced_pod(name, t.namespace)
+    t.core.patch_namespaced_pod(name, t.namespace, {"metadata": {"finalizers": None}})
     condition = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"), None)
     return Outcome(
         outcome.status,
