@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection, bindparam, func, select, update
 
-from aggregator import breaker
+from aggregator import breaker, incident_ids
 from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
@@ -254,9 +254,11 @@ def _locked_node(conn: Connection, report: Report, settings: AggregatorSettings,
 
 
 def _track_incident(conn: Connection, report: Report, previous_id: str | None, now: datetime) -> str | None:
-    """Open, update or close incident rows so they follow the agent's open incident."""
+    """Open, update or close incident rows so they follow the agent's open incident; the stored id (an id
+    another node holds is recorded under a node-scoped one: :mod:`aggregator.incident_ids`)."""
     incident = report.incident
-    if previous_id is not None and (incident is None or incident.id != previous_id):
+    stored, owner = incident_ids.resolve(conn, report.node, incident.id if incident else None)
+    if previous_id is not None and (incident is None or stored != previous_id):
         closed = update(incidents).where(incidents.c.id == previous_id).values(ended_at=now)
         closed_action = conn.execute(closed.returning(incidents.c.action)).scalar_one_or_none()
         raising.incident_resolved(
@@ -273,54 +275,58 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
     if incident is None:
         return None
     values = {"reasons": list(incident.reasons), "action": incident.action.value}
-    existing = conn.execute(
-        select(incidents.c.node, incidents.c.action).where(incidents.c.id == incident.id)
-    ).first()
-    if existing is None:
-        conn.execute(
-            incidents.insert().values(
-                id=incident.id, node=report.node, started_at=incident.started_at, ended_at=None, **values
-            )
+    if stored is not None and owner is incident_ids.Owner.OWN:
+        previous_action = conn.execute(
+            select(incidents.c.action).where(incidents.c.id == stored)
+        ).scalar_one()
+        conn.execute(update(incidents).where(incidents.c.id == stored).values(ended_at=None, **values))
+        _alert_if_escalated(conn, report, stored, previous_action=previous_action, now=now)
+        return stored
+    if owner is incident_ids.Owner.FOREIGN:
+        # Another node used this id first (to hide this node's incident, or by a bug): this node's
+        # incident is recorded all the same, under an id no node can send.
+        stored = incident_ids.scoped_id(incident.id)
+        log.warning("incident id of another node: node-scoped id given", node=report.node, incident=stored)
+    incident_id = stored or incident.id
+    conn.execute(
+        incidents.insert().values(
+            id=incident_id, node=report.node, started_at=incident.started_at, ended_at=None, **values
         )
-        record_event(
-            conn,
-            at=now,
-            kind="incident_opened",
-            node=report.node,
-            incident_id=incident.id,
-            message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}; "
-            f"action {incident.action.value}",
-            details=values,
-        )
-        log.info("incident opened", node=report.node, incident=incident.id)
-        raising.incident_opened(
-            conn,
-            node=report.node,
-            incident_id=incident.id,
-            action=incident.action.value,
-            reasons=list(incident.reasons),
-            gpus=_failing_gpus(report),
-            labels=report.labels,
-            now=now,
-        )
-    elif existing.node != report.node:
-        # An id that belongs to another node is an agent's bug; keep the two histories apart.
-        log.warning("incident id of another node ignored", node=report.node, incident=incident.id)
-        return None
-    else:
-        conn.execute(update(incidents).where(incidents.c.id == incident.id).values(ended_at=None, **values))
-        _alert_if_escalated(conn, report, previous_action=existing.action, now=now)
-    return incident.id
+    )
+    record_event(
+        conn,
+        at=now,
+        kind="incident_opened",
+        node=report.node,
+        incident_id=incident_id,
+        message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}; "
+        f"action {incident.action.value}",
+        details=values,
+    )
+    log.info("incident opened", node=report.node, incident=incident_id)
+    raising.incident_opened(
+        conn,
+        node=report.node,
+        incident_id=incident_id,
+        action=incident.action.value,
+        reasons=list(incident.reasons),
+        gpus=_failing_gpus(report),
+        labels=report.labels,
+        now=now,
+    )
+    return incident_id
 
 
-def _alert_if_escalated(conn: Connection, report: Report, *, previous_action: str, now: datetime) -> None:
+def _alert_if_escalated(
+    conn: Connection, report: Report, incident_id: str, *, previous_action: str, now: datetime
+) -> None:
     incident = report.incident
     assert incident is not None
     if incident.action.rank > Action(previous_action).rank:
         raising.incident_escalated(
             conn,
             node=report.node,
-            incident_id=incident.id,
+            incident_id=incident_id,
             previous_action=previous_action,
             action=incident.action.value,
             reasons=list(incident.reasons),
@@ -387,10 +393,18 @@ def _record_timeline(
             at=action.at,
             kind="action",
             node=node,
-            incident_id=action.incident_id or incident_id,
+            incident_id=_action_incident(conn, node, action.incident_id, incident_id),
             message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
         )
+
+
+def _action_incident(conn: Connection, node: str, claimed: str | None, current: str | None) -> str | None:
+    """The incident an action belongs to: the one it names when that is the node's own, else the node's
+    open one (a node never writes into another node's incident)."""
+    if claimed is None or claimed == current:
+        return current
+    return incident_ids.own_or(conn, node, claimed, current)
 
 
 def _finding_keys(findings: list[dict[str, Any]]) -> set[tuple[str, str | None, str]]:

@@ -16,7 +16,8 @@ from core.aggregator_api import NODE_NAME_PATTERN, Event, IncidentDetail, Incide
 
 NodeQuery = Annotated[str | None, Query(pattern=NODE_NAME_PATTERN, max_length=253)]
 SinceQuery = Annotated[str | None, Query(max_length=64, description="1h, 30m, 2d or an ISO time")]
-IncidentPath = Annotated[str, Path(max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+# ``~``: the node-scoped ids the aggregator gives (aggregator/incident_ids.py).
+IncidentPath = Annotated[str, Path(max_length=128, pattern=r"^[A-Za-z0-9._:~-]+$")]
 ContinueQuery = Annotated[str | None, Query(alias="continue", max_length=MAX_TOKEN_CHARS)]
 
 
