@@ -149,6 +149,13 @@ class AggregatorSettings(BaseModel):
     max_report_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body accepted; larger ones get 413."
     )
+    max_header_bytes: int = Field(
+        default=32_768,
+        ge=4096,
+        le=1_048_576,
+        description="Largest request head (request line and headers) read, before any authentication; 431.",
+    )
+    max_headers: int = Field(default=100, ge=16, le=10_000, description="Most headers in one request; 431.")
     max_seq_jump: int = Field(
         default=2_592_000_000,
         ge=1,

@@ -4,15 +4,23 @@ docs/security.md names each test in its threat model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import base64
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from live_aggregator import LiveAggregator
 
-from agent.uplink.client import AggregatorClient, PermitRefused
+from agent.uplink.client import AggregatorClient, NotFound, PermitRefused
 from core.aggregator_api import Report
 from core.clock import ManualClock
 from core.findings import Action
@@ -134,3 +142,184 @@ def test_agents_make_incident_ids_no_other_node_can_guess() -> None:
     ids = {default_incident_id("gpu-node-7", AT) for _ in range(64)}
     assert len(ids) == 64
     assert all(len(one.rsplit("-", 1)[1]) == 16 for one in ids)  # 64 random bits
+
+
+# -- item 4: permit and drain ids reveal nothing about other nodes ---------------------------------------------
+
+PERMIT_CALLS: dict[str, Callable[[AggregatorClient, int], object]] = {
+    "renew": lambda c, p: c.renew_permit(p),
+    "release": lambda c, p: c.release_permit(p),
+    "order a drain": lambda c, p: c.order_drain(p, deadline_s=60),
+    "read the drain": lambda c, p: c.drain_of(p),
+}
+
+
+@pytest.mark.parametrize("what", PERMIT_CALLS)
+def test_another_nodes_permit_answers_as_if_it_did_not_exist(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities, what: str
+) -> None:
+    aggregator, _clock = live
+    call = PERMIT_CALLS[what]
+    with (
+        client_as(aggregator, identities.other_agent) as victim,
+        client_as(aggregator, identities.agent) as bad,
+    ):
+        _send(victim, VICTIM, 1, "unhealthy", incident="inc-victim")
+        _send(bad, ATTACKER, 1)
+        held = victim.request_permit(VICTIM, Action.REBOOT, incident_id="inc-victim").id
+        answers = []
+        for permit_id in (held, held + 1000):  # the victim's, and one that does not exist
+            with pytest.raises(NotFound) as refused:
+                call(bad, permit_id)
+            answers.append(str(refused.value).replace(str(permit_id), "N"))
+        assert victim.renew_permit(held).active  # untouched
+    assert answers[0] == answers[1]
+    assert VICTIM not in answers[0]
+
+
+# -- item 5: pagination tokens ----------------------------------------------------------------------------------
+
+
+def _token(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+
+
+BAD_TOKENS = {
+    "huge id": ("/v1/events", _token(f'["2026-01-01T00:00:00+00:00",{2**70}]')),
+    "negative id": ("/v1/events", _token('["2026-01-01T00:00:00+00:00",-1]')),
+    "non-integer id": ("/v1/events", _token('["2026-01-01T00:00:00+00:00",1.5]')),
+    "id as text": ("/v1/events", _token('["2026-01-01T00:00:00+00:00","1"]')),
+    "naive time": ("/v1/events", _token('["2026-01-01T00:00:00",1]')),
+    "lone surrogate time": ("/v1/events", _token('["\\ud800",1]')),
+    "nested": ("/v1/events", _token("[[[[1]]],1]")),
+    "lone surrogate node": ("/v1/nodes", _token('["\\ud800"]')),
+    "node as number": ("/v1/nodes", _token(f"[{2**70}]")),
+    "not a node name": ("/v1/nodes", _token('["a b"]')),
+    "not base64": ("/v1/nodes", "%%%"),
+    "not a list": ("/v1/nodes", _token('{"a":1}')),
+}
+
+
+@pytest.mark.parametrize("case", BAD_TOKENS)
+def test_a_bad_continue_token_is_a_400_for_a_viewer(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities, case: str
+) -> None:
+    aggregator, _clock = live
+    path, token = BAD_TOKENS[case]
+    with client_as(aggregator, identities.agent) as agent:
+        _send(agent, ATTACKER, 1)
+    answer = httpx.get(
+        f"{aggregator.url}{path}",
+        params={"continue": token, "limit": 1},
+        headers={"Authorization": f"Bearer {identities.viewer.token}"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["detail"].startswith("continue: not ")
+    assert httpx.get(f"{aggregator.url}/healthz").status_code == 200
+
+
+# -- item 6: the request head is bounded before authentication ----------------------------------------------------
+
+
+def _stream_header(url: str, megabytes: int, sent: list[int]) -> None:
+    """An unauthenticated client sending one header of ``megabytes``; how much it got to send lands in
+    ``sent`` (the aggregator closes the connection on it once the head passes its bound)."""
+    host, port = url.removeprefix("http://").split(":")
+    total = 0
+    with socket.create_connection((host, int(port)), timeout=10) as attacker:
+        attacker.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Flood: ")
+        try:
+            for _ in range(megabytes * 16):
+                attacker.sendall(b"a" * 65536)
+                total += 65536
+        except OSError:
+            pass  # refused and closed: the rest is never read
+    sent.append(total)
+
+
+def test_a_64_mb_header_is_refused_early_and_never_stalls_other_requests(
+    live: tuple[LiveAggregator, ManualClock],
+) -> None:
+    aggregator, _clock = live
+    sent: list[int] = []
+    flood = threading.Thread(target=_stream_header, args=(aggregator.url, 64, sent))
+    flood.start()
+    slowest = 0.0
+    while flood.is_alive():
+        started = time.monotonic()
+        assert httpx.get(f"{aggregator.url}/healthz", timeout=10).status_code == 200
+        slowest = max(slowest, time.monotonic() - started)
+    flood.join()
+    assert slowest < 1.0
+    assert sent[0] < 32 * 2**20  # cut off long before the 64 MB (what it sent went into socket buffers)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Big": "a" * 40_000}, {f"X-H{i}": "v" for i in range(150)}],
+    ids=["one header over max_header_bytes", "more headers than max_headers"],
+)
+def test_an_over_large_head_is_a_431(
+    live: tuple[LiveAggregator, ManualClock], headers: dict[str, str]
+) -> None:
+    aggregator, _clock = live
+    answer = httpx.get(f"{aggregator.url}/healthz", headers=headers)
+    assert answer.status_code == 431
+
+
+def test_a_head_within_the_bounds_is_served(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities
+) -> None:
+    aggregator, _clock = live
+    headers = {"Authorization": f"Bearer {identities.viewer.token}", "X-Trace": "t" * 8000}
+    headers |= {f"X-H{i}": "v" for i in range(80)}
+    assert httpx.get(f"{aggregator.url}/v1/fleet", headers=headers).status_code == 200
+
+
+# -- item 7: terminal control sequences from a node never reach on-call's terminal -----------------------------
+
+HOSTILE_TEXT = "ok\x1b[2K\x1b[1A\x1b]0;owned\x07\x9b31m\u202eevil\r\n"
+
+
+def _cli(aggregator: LiveAggregator, token: str, *args: str) -> str:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GPUHEALTH_")}
+    env |= {
+        "NO_COLOR": "1",
+        "COLUMNS": "300",
+        "GPUHEALTH_AGGREGATOR_URL": aggregator.url,
+        "GPUHEALTH_TOKEN": token,
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "gpuhealth"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_control_sequences_in_findings_and_actions_are_printed_escaped(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities
+) -> None:
+    aggregator, _clock = live
+    body = report(ATTACKER, 1, "unhealthy", incident="inc-attacker", actions=[_forged_action("x")])
+    body["verdict"]["findings"][0]["message"] = HOSTILE_TEXT
+    body["actions"][0]["message"] = HOSTILE_TEXT
+    with client_as(aggregator, identities.agent) as bad:
+        assert bad.report(Report.model_validate(body)).accepted
+    shown = _cli(aggregator, identities.viewer.token, "node", ATTACKER) + _cli(
+        aggregator, identities.viewer.token, "events", "--node", ATTACKER
+    )
+    assert not any(char in shown for char in "\x1b\x07\x9b\u202e\r")
+    assert shown.count("ok\\x1b[2K\\x1b[1A\\x1b]0;owned\\x07\\x9b31m\\u202eevil\\x0d\\x0a") >= 2
+
+
+def test_the_fleet_page_writes_text_as_text() -> None:
+    """The page puts what it reads into the document as text nodes only, never as HTML."""
+    script = (Path(__file__).parents[2] / "aggregator" / "ui" / "app.js").read_text(encoding="utf-8")
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, sink
+    assert "textContent" in script
