@@ -15,6 +15,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 
 from aggregator import breaker, incident_ids
 from aggregator.alerts import raising
+from aggregator.history_budget import HistoryBudget
 from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import insert_ignoring_conflict, record_event
@@ -73,11 +74,14 @@ def ingest_report(
     settings: AggregatorSettings,
     now: datetime,
     batch: NodeBatch | None = None,
+    *,
+    history: HistoryBudget | None = None,
 ) -> ReportAck:
     """Store one report (in the caller's write transaction) and say what the agent should do next.
 
     With ``batch``, the node's row may come from the batch and its update go out with the batch's
-    (:meth:`NodeBatch.flush` before the transaction commits).
+    (:meth:`NodeBatch.flush` before the transaction commits). With ``history``, the node's own timeline
+    rows are bounded per minute (:mod:`aggregator.history_budget`).
     """
     row = (batch and batch.locked_row(report.node)) or _locked_node(conn, report, settings, now)
     if report.epoch == row.epoch:
@@ -105,8 +109,10 @@ def ingest_report(
                 refused=refused,
             )
     elif row.last_seq >= 0:
-        record_event(
+        _timeline_row(
             conn,
+            history,
+            now,
             at=now,
             kind="report_epoch",
             node=report.node,
@@ -116,7 +122,10 @@ def ingest_report(
         log.info("report sequence restarted", node=report.node, epoch=report.epoch)
     previous_state = NodeState(row.state) if row.last_seq >= 0 else None
     incident_id = _track_incident(conn, report, row.incident_id, now)
-    _record_timeline(conn, report, row=row, previous_state=previous_state, incident_id=incident_id, now=now)
+    timeline = _Timeline(conn, history, now)
+    _record_timeline(timeline, report, row=row, previous_state=previous_state, incident_id=incident_id)
+    if history is not None:
+        history.summarise(conn, report.node, now)
     hold = row.hold
     if incident_id is not None and incident_id != row.incident_id and hold is None:
         hold = _repeat_offender_hold(conn, report.node, settings, now)
@@ -341,21 +350,42 @@ def _failing_gpus(report: Report) -> list[str]:
     return sorted({f.gpu for f in report.verdict.findings if f.gpu and f.status != "ok"})
 
 
+class _Timeline:
+    """Where a report's timeline rows go: the history, within the node's bound when there is one."""
+
+    def __init__(self, conn: Connection, history: HistoryBudget | None, now: datetime) -> None:
+        self.conn = conn
+        self.history = history
+        self.now = now
+
+    def add(self, *, bounded: bool = True, **row: Any) -> None:
+        """Write one row (``bounded``: it counts against the node's bound and may be held back)."""
+        if bounded:
+            _timeline_row(self.conn, self.history, self.now, **row)
+        else:
+            record_event(self.conn, **row)
+
+
+def _timeline_row(conn: Connection, history: HistoryBudget | None, now: datetime, **row: Any) -> None:
+    """Write one of the node's own timeline rows unless the node is over its bound (then it is counted:
+    by arrival, ``now``, never by the time the row carries, which a node may choose)."""
+    if history is None or history.admit(row["node"], row["kind"], row.get("incident_id"), now):
+        record_event(conn, **row)
+
+
 def _record_timeline(
-    conn: Connection,
+    timeline: _Timeline,
     report: Report,
     *,
     row: Any,
     previous_state: NodeState | None,
     incident_id: str | None,
-    now: datetime,
 ) -> None:
     """History for on-call: state changes, changed findings and the agent's actions."""
-    node = report.node
+    node, now = report.node, timeline.now
     if previous_state != report.state:
         was = previous_state.value if previous_state else "new"
-        record_event(
-            conn,
+        timeline.add(
             at=now,
             kind="state",
             node=node,
@@ -364,8 +394,9 @@ def _record_timeline(
             details={"from": was, "to": report.state.value},
         )
         if report.state in BAD_STATES and previous_state not in BAD_STATES:
-            record_event(
-                conn,
+            # Never held back: the breaker counts these rows.
+            timeline.add(
+                bounded=False,
                 at=now,
                 kind=breaker.TURNED_UNHEALTHY,
                 node=node,
@@ -376,8 +407,7 @@ def _record_timeline(
     new_codes = _finding_keys([f.model_dump(mode="json") for f in report.verdict.findings])
     if new_codes != old_codes:
         codes = sorted({code for code, _gpu, _status in new_codes})
-        record_event(
-            conn,
+        timeline.add(
             at=now,
             kind="findings",
             node=node,
@@ -388,12 +418,11 @@ def _record_timeline(
             },
         )
     for action in report.actions:
-        record_event(
-            conn,
-            at=action.at,
+        timeline.add(
+            at=min(action.at, now),  # a node's clock may not put its rows above everything else for good
             kind="action",
             node=node,
-            incident_id=_action_incident(conn, node, action.incident_id, incident_id),
+            incident_id=_action_incident(timeline.conn, node, action.incident_id, incident_id),
             message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
         )

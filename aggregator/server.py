@@ -29,12 +29,16 @@ def serve(settings: AggregatorSettings) -> None:
 
 
 def serving_options(settings: AggregatorSettings) -> dict[str, Any]:
-    """uvicorn's keyword arguments for these settings: TLS (:func:`tls_options`) and the bounds on a
-    request's head, read before any authentication (aggregator/header_limits.py)."""
+    """uvicorn's keyword arguments for these settings: TLS (:func:`tls_options`), the bounds on a request's
+    head, read before any authentication (aggregator/header_limits.py), and which proxies are believed."""
     return {
         **tls_options(settings),
         "http": bounded_head_protocol(settings.max_header_bytes, settings.max_headers),
         "h11_max_incomplete_event_size": settings.max_header_bytes,
+        # uvicorn believes X-Forwarded-For from loopback by default: then whoever shares the host could
+        # put any address in the audit log. Only the proxies named in trusted_proxies are believed.
+        "proxy_headers": bool(settings.trusted_proxies),
+        "forwarded_allow_ips": list(settings.trusted_proxies),
     }
 
 

@@ -24,7 +24,7 @@ from agent.uplink.client import AggregatorClient, NotFound, PermitRefused
 from core.aggregator_api import Report
 from core.clock import ManualClock
 from core.findings import Action
-from tests.aggregator.builders import report
+from tests.aggregator.builders import TOKEN, report
 from tests.aggregator.identities import (
     AGENT_NODE,
     OTHER_NODE,
@@ -323,3 +323,136 @@ def test_the_fleet_page_writes_text_as_text() -> None:
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in script, sink
     assert "textContent" in script
+
+
+# -- item 8: every string of a report is bounded ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "size"), [("message", 900_000), ("check", 65), ("code", 129), ("gpu", 129)]
+)
+def test_over_long_finding_text_is_refused_and_never_stored(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities, field: str, size: int
+) -> None:
+    aggregator, _clock = live
+    body = report(ATTACKER, 1, "unhealthy")
+    body["verdict"]["findings"][0][field] = "x" * size
+    answer = httpx.post(
+        f"{aggregator.url}/v1/reports",
+        json=body,
+        headers={"Authorization": f"Bearer {identities.agent.token}"},
+    )
+    assert answer.status_code == 422
+    assert f"verdict.findings[0].{field}" in answer.text
+    assert len(answer.content) < 2000  # the input is not echoed back
+    with client_as(aggregator, identities.viewer) as viewer:
+        assert viewer.events(node=ATTACKER) == []
+
+
+def test_the_agent_clips_what_it_reports_to_those_bounds() -> None:
+    from core.aggregator_api import FINDING_TEXT_LIMITS, reportable_finding
+    from core.findings import Finding, Status
+
+    long = Finding(check="c" * 99, gpu="g" * 200, status=Status.FAIL, code="X" * 200, message="m" * 5000,
+                   action=Action.REBOOT)  # fmt: skip
+    clipped = reportable_finding(long)
+    assert {name: len(getattr(clipped, name)) for name in FINDING_TEXT_LIMITS} == FINDING_TEXT_LIMITS
+
+
+# -- item 9: one node cannot flood the history -------------------------------------------------------------------
+
+
+def _actions(count: int, at: datetime = AT) -> list[dict[str, Any]]:
+    return [
+        {"at": at.isoformat(), "action": "reset", "result": "failed", "message": f"try {i}"}
+        for i in range(count)
+    ]
+
+
+def test_one_nodes_flood_of_actions_is_bounded_and_summarised_not_silently_dropped(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities
+) -> None:
+    aggregator, clock = live
+    with (
+        client_as(aggregator, identities.other_agent) as victim,
+        client_as(aggregator, identities.agent) as bad,
+    ):
+        _send(victim, VICTIM, 1, "unhealthy", incident="inc-victim")
+        for seq in range(1, 7):  # 1,200 actions within a minute
+            _send(bad, ATTACKER, seq, "unhealthy", incident="inc-flood", actions=_actions(200))
+        with client_as(aggregator, identities.viewer) as viewer:
+            rows = viewer.events(node=ATTACKER, limit=1000)
+            page = viewer.events()
+        written = [row for row in rows if row.kind == "action"]
+        summaries = [row for row in rows if row.kind == "history_limited"]
+        unbounded = {"history_limited", "incident_opened", "turned_unhealthy"}
+        assert len([row for row in rows if row.kind not in unbounded]) == 120
+        assert len(summaries) == 1  # one row per node and minute, brought up to date
+        assert summaries[0].details["held_back"] == 1200 - len(written)
+        assert summaries[0].details["incidents"] == ["inc-flood"]
+        assert any(event.node == VICTIM for event in page)  # the others still show on the default page
+        assert any(row.kind == "incident_opened" for row in rows)  # the fleet rules' rows are never held back
+        clock.advance(61)
+        _send(bad, ATTACKER, 7, "unhealthy", incident="inc-flood", actions=_actions(1))
+    with client_as(aggregator, identities.viewer) as viewer:
+        assert [row.message for row in viewer.events(node=ATTACKER, limit=1000) if row.kind == "action"][
+            -1
+        ] == ("reset failed: try 0")
+
+
+def test_an_action_dated_in_the_future_cannot_stay_on_top_of_the_history(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities
+) -> None:
+    aggregator, clock = live
+    with client_as(aggregator, identities.agent) as bad:
+        _send(bad, ATTACKER, 1, actions=_actions(1, at=datetime(8000, 1, 1, tzinfo=UTC)))
+    with client_as(aggregator, identities.viewer) as viewer:
+        action = next(row for row in viewer.events(node=ATTACKER) if row.kind == "action")
+    assert action.at <= clock.now()
+
+
+# -- item 10: X-Forwarded-For only from configured proxies ----------------------------------------------------------
+
+
+def _audited_client(aggregator: LiveAggregator, identities: Identities) -> str:
+    """Quarantine a node as the operator, claiming another address; the address the audit log records."""
+    answer = httpx.post(
+        f"{aggregator.url}/v1/nodes/{VICTIM}/quarantine",
+        json={"reason": "check the claimed address"},
+        headers={"Authorization": f"Bearer {identities.operator.token}", "X-Forwarded-For": "203.0.113.9"},
+    )
+    assert answer.status_code == 201, answer.text
+    with client_as(aggregator, identities.operator) as operator:
+        return next(entry.client for entry in operator.audit() if entry.action == "quarantine")
+
+
+def test_a_caller_on_the_same_host_cannot_put_another_address_in_the_audit_log(
+    live: tuple[LiveAggregator, ManualClock], identities: Identities
+) -> None:
+    aggregator, _clock = live
+    with client_as(aggregator, identities.other_agent) as victim:
+        _send(victim, VICTIM, 1)
+    assert _audited_client(aggregator, identities) == "127.0.0.1"
+
+
+def test_a_configured_proxy_is_believed(tmp_path: Path, identities: Identities) -> None:
+    aggregator, _clock = start_with_identities(tmp_path, identities, trusted_proxies=["127.0.0.0/8"])
+    try:
+        with client_as(aggregator, identities.other_agent) as victim:
+            _send(victim, VICTIM, 1)
+        assert _audited_client(aggregator, identities) == "203.0.113.9"
+    finally:
+        aggregator.stop()
+
+
+def test_trusted_proxies_must_be_addresses_or_networks() -> None:
+    from aggregator.settings import SettingsError, load_settings
+
+    def settings(proxies: str) -> list[str]:
+        environ = {"GPUHEALTH_AGGREGATOR_TRUSTED_PROXIES": proxies}
+        return load_settings(environ=environ, token=TOKEN).trusted_proxies
+
+    with pytest.raises(SettingsError, match="not an IP address or network"):
+        settings("10.0.0.0/8,proxy.example")
+    assert settings("10.0.0.0/8, ::1") == ["10.0.0.0/8", "::1"]
+    assert load_settings(environ={}, token=TOKEN).trusted_proxies == []  # none believed by default
