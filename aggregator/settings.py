@@ -125,6 +125,12 @@ class AggregatorSettings(BaseModel):
         default_factory=lambda: ["gpuhealth-agent"],
         description="Nomad jobs whose tasks' identities are agents (of the node their allocation runs on).",
     )
+    nomad_agent_namespace: str = Field(
+        default="default",
+        min_length=1,
+        max_length=128,
+        description="The Nomad namespace of the agent jobs; an identity of any other namespace is no agent.",
+    )
     nomad_token_file: Path | None = Field(
         default=None, description="The aggregator's own Nomad ACL token (read-job), to look allocations up."
     )

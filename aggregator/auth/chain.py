@@ -118,6 +118,7 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
                 settings.nomad_address,
                 audience=settings.nomad_audience,
                 agent_jobs=list(settings.nomad_agent_jobs),
+                agent_namespace=settings.nomad_agent_namespace,
                 credentials=credentials_from_file(nomad_token) if nomad_token else lambda: None,
             )
         )
