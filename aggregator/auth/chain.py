@@ -146,6 +146,7 @@ def _token_review(settings: AggregatorSettings, api_url: str) -> TokenReviewAuth
             credentials_from_file(settings.kubernetes_token_file),
             audience=settings.kubernetes_audience,
             service_accounts=list(settings.kubernetes_agent_service_accounts),
+            foreign_issuers=(settings.oidc_issuer,) if settings.oidc_issuer else (),
             verify=str(ca) if ca is not None else True,
         )
     except (OSError, ssl.SSLError) as exc:

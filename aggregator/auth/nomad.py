@@ -50,7 +50,7 @@ class NomadIdentityAuthenticator:
     ) -> None:
         base = address.rstrip("/")
         self._jwks = jwks_client or jwt.PyJWKClient(
-            base + JWKS_PATH, cache_keys=True, lifespan=300, timeout=5
+            base + JWKS_PATH, cache_keys=True, lifespan=300, timeout=5, cooldown_duration=30
         )
         self._http = httpx.Client(base_url=base, timeout=timeout_s, transport=transport)
         self._audience = audience

@@ -456,3 +456,93 @@ def test_trusted_proxies_must_be_addresses_or_networks() -> None:
         settings("10.0.0.0/8,proxy.example")
     assert settings("10.0.0.0/8, ::1") == ["10.0.0.0/8", "::1"]
     assert load_settings(environ={}, token=TOKEN).trusted_proxies == []  # none believed by default
+
+
+# -- item 11: authentication's smaller holes -------------------------------------------------------------------
+
+
+def test_a_persons_id_token_is_never_sent_to_the_kubernetes_api(tmp_path: Path) -> None:
+    from sim.kube.harness import KubeSim
+    from tests.aggregator.oidc_issuer import OidcIssuer
+
+    kube, issuer = KubeSim(controllers=False).start(), OidcIssuer().start()
+    (tmp_path / "sa-token").write_text("aggregator-service-account-token\n")
+    aggregator = LiveAggregator(
+        tmp_path / "aggregator.db",
+        ManualClock(start=AT),
+        None,
+        kubernetes_api_url=kube.url,
+        kubernetes_audience="gpuhealth-aggregator",
+        kubernetes_agent_service_accounts=["system:serviceaccount:gpuhealth:gpuhealth-agent"],
+        kubernetes_token_file=tmp_path / "sa-token",
+        oidc_issuer=issuer.url,
+        oidc_role_map={"gpu-viewers": "viewer"},
+    ).start()
+    try:
+        no_role = issuer.id_token("sam@example.com", ["sales"])  # refused by OIDC: falls through the chain
+        answer = httpx.get(f"{aggregator.url}/v1/fleet", headers={"Authorization": f"Bearer {no_role}"})
+        assert answer.status_code == 401
+        assert kube.token_reviews.reviews == 0
+    finally:
+        aggregator.stop()
+        issuer.stop()
+        kube.stop()
+
+
+def test_a_flood_of_made_up_tokens_does_not_evict_the_agents_answers() -> None:
+    from aggregator.auth.answer_cache import AnswerCache
+    from aggregator.auth.principal import AuthMethod, Principal, Role
+
+    cache = AnswerCache(lambda: 0.0, max_entries=10)
+    agent = Principal(name=VICTIM, role=Role.AGENT, method=AuthMethod.KUBERNETES, node=VICTIM)
+    cache.put("the agent's token", agent, until=60.0)
+    for number in range(1000):
+        cache.put(f"made-up token {number}", None, until=10.0)
+    assert cache.get("the agent's token") == agent
+
+
+def test_a_down_oidc_issuer_is_asked_once_not_on_every_request(tmp_path: Path) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[str] = []
+
+    class Down(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            return
+
+    down = ThreadingHTTPServer(("127.0.0.1", 0), Down)
+    threading.Thread(target=down.serve_forever, daemon=True).start()
+    issuer_url = f"http://127.0.0.1:{down.server_address[1]}"
+    aggregator = LiveAggregator(
+        tmp_path / "aggregator.db", ManualClock(start=AT), None, oidc_issuer=issuer_url,
+        oidc_role_map={"gpu-viewers": "viewer"},
+    ).start()  # fmt: skip
+    token = _token('{"alg":"RS256"}') + "." + _token('{"iss":"' + issuer_url + '"}') + ".c2ln"
+    try:
+        for _ in range(5):
+            answer = httpx.get(f"{aggregator.url}/v1/fleet", headers={"Authorization": f"Bearer {token}"})
+            assert answer.status_code == 401
+    finally:
+        aggregator.stop()
+        down.shutdown()
+    assert asked == ["/.well-known/openid-configuration"]
+
+
+def test_pyjwt_is_pinned_to_the_jwks_refresh_cooldown_the_clients_use() -> None:
+    import tomllib
+
+    import jwt
+
+    from aggregator.auth.nomad import NomadIdentityAuthenticator
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    pins = [dep for dep in project["project"]["dependencies"] if dep.lower().startswith("pyjwt")]
+    assert pins == ["PyJWT[crypto]>=2.15"]
+    nomad = NomadIdentityAuthenticator("http://127.0.0.1:9", audience="a", agent_jobs=["j"])
+    client: jwt.PyJWKClient = nomad._jwks
+    assert client.cooldown_duration == 30
