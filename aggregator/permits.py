@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection, and_, func, select, update
 
-from aggregator import breaker
+from aggregator import breaker, incident_ids
 from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
@@ -88,6 +88,11 @@ def request_permit(
 ) -> Decision:
     """Grant or refuse, in the caller's write transaction. Asking again while holding a permit returns it."""
     breaker.lock_fleet(conn)
+    # An incident id must be the node's own: another node's is dropped, never written to (events, permit).
+    incident_id, owner = incident_ids.resolve(conn, request.node, request.incident_id)
+    if owner is incident_ids.Owner.FOREIGN:
+        log.warning("permit request names another node's incident", node=request.node)
+    request = request.model_copy(update={"incident_id": incident_id})
     refusal = _refusal(conn, request, settings, now)
     if refusal is not None:
         record_event(

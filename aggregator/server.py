@@ -15,17 +15,32 @@ from typing import Any
 import uvicorn
 
 from aggregator.app import create_app
+from aggregator.header_limits import bounded_head_protocol
 from aggregator.settings import AggregatorSettings
 from core.settings import SettingsError
 
 
 def serve(settings: AggregatorSettings) -> None:
     """Open (and migrate) the database, then serve until SIGINT / SIGTERM."""
-    tls = tls_options(settings)  # before the database: a bad certificate is a configuration error
+    options = serving_options(settings)  # before the database: a bad certificate is a configuration error
     app = create_app(settings)
     gc.freeze()  # start-up objects (models, routes, SQL metadata) never die: keep full collections short
     log_level = "warning"
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False, **tls)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False, **options)
+
+
+def serving_options(settings: AggregatorSettings) -> dict[str, Any]:
+    """uvicorn's keyword arguments for these settings: TLS (:func:`tls_options`), the bounds on a request's
+    head, read before any authentication (aggregator/header_limits.py), and which proxies are believed."""
+    return {
+        **tls_options(settings),
+        "http": bounded_head_protocol(settings.max_header_bytes, settings.max_headers),
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        # uvicorn believes X-Forwarded-For from loopback by default: then whoever shares the host could
+        # put any address in the audit log. Only the proxies named in trusted_proxies are believed.
+        "proxy_headers": bool(settings.trusted_proxies),
+        "forwarded_allow_ips": list(settings.trusted_proxies),
+    }
 
 
 def tls_options(settings: AggregatorSettings) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from gpuhealth.cli.fleet_cmd import _client, _common_options, _console, _print_json, _table, _when
+from gpuhealth.cli.safe_text import terminal_safe_model
 
 if TYPE_CHECKING:
     from core.aggregator_api import AuditEntry
@@ -43,7 +44,7 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(entries)
     else:
-        print_audit(entries, datetime.now(UTC))
+        print_audit(terminal_safe_model(entries), datetime.now(UTC))
     return 0
 
 

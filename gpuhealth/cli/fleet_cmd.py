@@ -28,6 +28,7 @@ from rich.text import Text
 from gpuhealth.cli.common import load_yaml_mapping
 from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.render import status_text
+from gpuhealth.cli.safe_text import terminal_safe_model
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -225,8 +226,8 @@ def run_status(args: argparse.Namespace) -> int:
         data = summary.model_dump(mode="json") | {"silences": [s.model_dump(mode="json") for s in silences]}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        print_summary(summary, _now())
-        print_silences(silences, _now(), headline=False)
+        print_summary(terminal_safe_model(summary), _now())
+        print_silences(terminal_safe_model(silences), _now(), headline=False)
     return 0
 
 
@@ -244,7 +245,7 @@ def run_alerts(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(alerts)
     else:
-        print_alerts(alerts, _now())
+        print_alerts(terminal_safe_model(alerts), _now())
     return 0
 
 
@@ -267,7 +268,7 @@ def run_silence(args: argparse.Namespace) -> int:
         elif args.json:
             _print_json(silences)
         else:
-            print_silences(silences, _now(), headline=True)
+            print_silences(terminal_safe_model(silences), _now(), headline=True)
         return 0
     body = _silence_body(args)
     with _client(args) as client:
@@ -314,7 +315,7 @@ def run_node(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(detail)
     else:
-        print_node(detail, _now())
+        print_node(terminal_safe_model(detail), _now())
     return 0
 
 
@@ -331,7 +332,7 @@ def run_events(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(events)
     else:
-        print_events(events, _now())
+        print_events(terminal_safe_model(events), _now())
     return 0
 
 
@@ -367,7 +368,7 @@ def run_breaker(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status)
     else:
-        print_breaker(status, _now())
+        print_breaker(terminal_safe_model(status), _now())
     return 0
 
 

@@ -143,7 +143,10 @@ def test_an_incident_id_already_used_by_another_node_is_not_merged_into_it(clien
     post(client, report("node-1", 1, "unhealthy", incident="inc-1"))
     post(client, report("node-2", 1, "unhealthy", incident="inc-1"))
     assert client.get("/v1/incidents/inc-1", headers=AUTH).json()["node"] == "node-1"
-    assert client.get("/v1/nodes/node-2", headers=AUTH).json()["incident_id"] is None
+    # node-2's incident is recorded all the same, under a node-scoped id (issue 27: ids are per node)
+    scoped = client.get("/v1/nodes/node-2", headers=AUTH).json()["incident_id"]
+    assert scoped.startswith("inc-1~")
+    assert client.get(f"/v1/incidents/{scoped}", headers=AUTH).json()["node"] == "node-2"
 
 
 def test_incidents_older_than_the_repeat_offender_period_do_not_count(
