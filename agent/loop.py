@@ -29,9 +29,9 @@ from agent.state.store import StateStore, StateStoreError
 from agent.telemetry.metrics import AgentMetrics
 from agent.uplink.permit_gate import PermitGate, split_at_first_permit, withhold_unpermitted
 from checks.config import ChecksConfig
-from checks.dcgm import merge_findings
-from checks.runner import run_checks
+from checks.runner import merge_findings, run_checks
 from core.clock import Clock, RealClock
+from core.dcgm import DcgmReadings
 from core.findings import Finding, Verdict
 from core.health import NodeHealth
 from core.snapshot import NodeSnapshot
@@ -71,9 +71,15 @@ class SnapshotSource(Protocol):
 
 
 class FindingSource(Protocol):
-    """Findings beyond the checks' for a snapshot (dcgm-exporter, dcgmi); never raises."""
+    """Findings beyond the checks' for a snapshot (fabric trends, the executor's trouble); never raises."""
 
     def findings(self, snapshot: NodeSnapshot) -> list[Finding]: ...
+
+
+class ReadingSource(Protocol):
+    """DCGM readings for the snapshot (dcgm-exporter, dcgmi health): read, never judged here; never raises."""
+
+    def read(self, snapshot: NodeSnapshot) -> DcgmReadings: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,10 @@ class AgentParts:
     link: AggregatorLink | None = None  # None: run without an aggregator
     permits: PermitGate | None = None  # None: nothing beyond mark + taint is ever permitted
     recovery: RecoveryRules | None = None  # None: no reset / reboot / validation (agent/recovery/)
-    finding_sources: tuple[FindingSource, ...] = ()  # dcgm-exporter, dcgmi: merged with the checks'
+    reading_sources: tuple[ReadingSource, ...] = ()  # dcgm-exporter, dcgmi: their readings join the snapshot
+    finding_sources: tuple[
+        FindingSource, ...
+    ] = ()  # fabric trends, executor trouble: merged with the checks'
     diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics/runner.py)
     lost_state: LostState | None = None  # the state file was lost: read the incident back (state_recovery)
 
@@ -180,8 +189,8 @@ class Agent:
     # --- the steps of one pass -------------------------------------------------------------------------
 
     def _judge(self, snapshot: NodeSnapshot) -> Verdict:
-        """The checks' verdict, with the findings of the other sources (dcgm-exporter, dcgmi, a diagnostic
-        that ended) merged in."""
+        """The checks' verdict (DCGM's readings in the snapshot included), with the findings of the other
+        sources (fabric trends, the executor's trouble, a diagnostic that ended) merged in."""
         diagnostics = self.parts.diagnostics
         if diagnostics is not None:  # a dcgmi diag that ended: a failure's findings join this verdict
             diagnostics.settle(self.parts.state_machine)
@@ -333,7 +342,19 @@ class Agent:
                 nvml_error=f"snapshot failed: {type(exc).__name__}: {exc}",
                 gpus=[],
             )
-        return feed.merge_kernel_events(snapshot) if feed is not None else snapshot
+        if feed is not None:
+            snapshot = feed.merge_kernel_events(snapshot)
+        return self._with_dcgm(snapshot)
+
+    def _with_dcgm(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        """The DCGM sources' readings join the snapshot (judged by the checks like NVML's)."""
+        sources = self.parts.reading_sources
+        if not sources:
+            return snapshot
+        readings = DcgmReadings()
+        for source in sources:
+            readings = readings.joined(source.read(snapshot))
+        return snapshot.model_copy(update={"dcgm": readings})
 
     def _remember(self, memory: RemediationMemory, report: ApplyReport) -> None:
         """Keep the planner's new memory, except what it assumed about Events that failed to go out and

@@ -26,7 +26,7 @@ from agent.backends.nvml.seam import NvmlLibrary
 from agent.backends.nvml.xid_watcher import XidBuffer, XidWatcher
 from agent.diagnostics.runner import DiagnosticsRunner, IdleProbe
 from agent.diagnostics.state import DiagnosticsStore
-from agent.loop import Agent, AgentParts, FindingSource
+from agent.loop import Agent, AgentParts, FindingSource, ReadingSource
 from agent.recovery.actions import NodeActions
 from agent.recovery.wiring import with_recovery
 from agent.settings import (
@@ -114,7 +114,7 @@ def build_agent(
     if saved is not None:
         log.info("state_resumed", node=node, state=saved.health.state.value)
     link, permits = _aggregator_parts(settings, chosen_clock)
-    sources, source_closers = _dcgm_sources(settings.dcgm, settings, chosen_clock)
+    sources, source_closers = _dcgm_sources(settings.dcgm, chosen_clock)
     chosen_executor = executor or _executor(settings, api_client, chosen_clock)
     acting = _central_drain(settings, chosen_executor, link, permits, chosen_clock)
     parts = AgentParts(
@@ -130,8 +130,8 @@ def build_agent(
         link=link,
         permits=permits,
         recovery=settings.recovery.rules(),
+        reading_sources=sources,
         finding_sources=(
-            *sources,
             *((FabricTrends(settings.checks),) if fabric is not None else ()),
             *_executor_problem_sources(chosen_executor),
         ),
@@ -155,17 +155,16 @@ def build_agent(
 
 
 def _dcgm_sources(
-    section: DcgmSettings, settings: AgentSettings, clock: Clock
-) -> tuple[tuple[FindingSource, ...], tuple[Callable[[], object], ...]]:
-    """The enabled DCGM finding sources (dcgm-exporter, dcgmi health) and what closes them."""
-    sources: list[FindingSource] = []
+    section: DcgmSettings, clock: Clock
+) -> tuple[tuple[ReadingSource, ...], tuple[Callable[[], object], ...]]:
+    """The enabled DCGM reading sources (dcgm-exporter, dcgmi health) and what closes them."""
+    sources: list[ReadingSource] = []
     closers: list[Callable[[], object]] = []
     if section.exporter.enabled:
         exporter = ExporterSource(
             section.exporter.url,
             timeout_s=section.exporter.timeout_s,
             every_s=section.exporter.every_s,
-            checks=settings.checks,
             monotonic=clock.monotonic,
         )
         sources.append(exporter)

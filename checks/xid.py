@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 from checks.base import gpu_label
 from checks.config import ChecksConfig
-from checks.recovery_action import action_for_value, recovery_change_from_message, value_name
+from checks.recovery_action import action_for_value, value_name
 from checks.xid_catalogue import lookup, status_for_action
 from core.findings import Action, Finding
+from core.recovery_message import recovery_change_from_message
 from core.snapshot import NodeSnapshot, XidEvent, pci_key
 
 CHECK = "xid"

@@ -17,6 +17,8 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.config import JsonDict
 
+from core.dcgm import DcgmReadings
+
 SNAPSHOT_SCHEMA: Final = "gpuhealth.snapshot/v1"
 
 XidSource = Literal["nvml", "kernel_log", "dcgm"]
@@ -261,6 +263,13 @@ class NodeSnapshot(_Model):
     fabric: FabricReadings | None = Field(
         default=None,
         description="InfiniBand / RoCE ports, NIC link events and NVSwitch SXids (v1 extension; optional).",
+    )
+    dcgm: DcgmReadings | None = Field(
+        default=None,
+        description=(
+            "What dcgm-exporter and `dcgmi health` said at this reading, before judgement (v1 extension; "
+            "optional): null when no DCGM source is configured."
+        ),
     )
 
     model_config = ConfigDict(

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any, Final, NoReturn
 
 from agent.backends.nvml import seam as nvml
-from checks.recovery_action import recovery_change_from_message
+from core.recovery_message import recovery_change_from_message
 from sim.fakes.gpu import CLOCKS_EVENT_REASONS, FakeGpu, FakeLink, new_gpu
 from sim.fakes.profiles import PROFILES
 from sim.fakes.structs import (
