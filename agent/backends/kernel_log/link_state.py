@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from agent.backends.kernel_log.text_lines import logged_by_a_program
 from agent.backends.kernel_log.timestamps import absolute_time
 from core.snapshot import LinkEvent
 
@@ -21,9 +22,10 @@ _LINK = re.compile(
 
 
 def parse_link_line(line: str, *, year_hint: int | None = None) -> LinkEvent | None:
-    """The link change an mlx5 kernel-log line reports, or None for any other line (never raises)."""
+    """The link change an mlx5 kernel-log line reports, or None for any other line (never raises); a line
+    another program logged (quoting the kernel's) is None, as for XIDs."""
     match = _LINK.search(line)
-    if match is None:
+    if match is None or logged_by_a_program(line[: match.start()]):
         return None
     return LinkEvent(
         up=match["state"].lower() == "up",

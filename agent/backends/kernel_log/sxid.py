@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from agent.backends.kernel_log.text_lines import logged_by_a_program
 from agent.backends.kernel_log.timestamps import absolute_time
 from core.snapshot import SxidEvent, SxidSeverity
 
@@ -21,9 +22,14 @@ _SXID = re.compile(
 
 
 def parse_sxid_line(line: str, *, year_hint: int | None = None) -> SxidEvent | None:
-    """The NVSwitch SXid a kernel-log line reports, or None for any other line (never raises)."""
+    """The NVSwitch SXid a kernel-log line reports, or None for any other line (never raises).
+
+    A line that a program other than the kernel logged (a syslog header naming ``logger``'s tag, another
+    monitor, a health script) quotes an SXid; it is not the driver reporting one, and is None, exactly as
+    for XIDs (:func:`~agent.backends.kernel_log.text_lines.logged_by_a_program`).
+    """
     match = _SXID.search(line)
-    if match is None:
+    if match is None or logged_by_a_program(line[: match.start()]):
         return None
     message = line[match.end() :].lstrip().removeprefix(",").strip()
     return SxidEvent(

@@ -17,6 +17,7 @@ from agent.backends.kernel_log import (
     parse_sxid_line,
     read_fabric_lines,
 )
+from gpuhealth.cli.main import main
 
 LOG = FIXTURES / "fabric" / "dmesg-mlx5-flap-sxid.txt"
 
@@ -64,3 +65,40 @@ def test_a_saved_log_gives_its_fabric_lines_plain_gzip_or_journald_json(tmp_path
         assert [event.up for event in links] == [False, True, False, True, True], path
     with pytest.raises(KernelLogError):
         read_fabric_lines(tmp_path / "absent.txt")
+
+
+# --- quoted lines: another program's text is never the kernel's report --------------------------------------
+
+FABRIC = FIXTURES / "fabric"
+SNAPSHOT = FIXTURES / "snapshots" / "h100-sxm-healthy.json"
+
+
+def test_sxid_and_link_lines_logged_by_another_program_are_quotes() -> None:
+    """logger's default tag, a monitor, a health script, an RFC 5424 app: only the kernel's lines count."""
+    lines = (FABRIC / "syslog-quoted-fabric-lines.txt").read_text().splitlines()
+    sxids = [e for line in lines if (e := parse_sxid_line(line, year_hint=2025)) is not None]
+    links = [e for line in lines if (e := parse_link_line(line, year_hint=2025)) is not None]
+    assert [(e.sxid, e.severity) for e in sxids] == [(24007, "fatal"), (24007, None)]
+    assert [(e.up, e.netdev) for e in links] == [(False, "enp1s0f0np0")]
+    assert links[0].at == datetime(2025, 3, 4, 9, 33, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["syslog-quoted-fabric-lines.txt", "journal-quoted-fabric-lines.jsonl", "kmsg-quoted-fabric-lines.txt"],
+)
+def test_a_saved_log_gives_only_the_kernels_own_fabric_lines(name: str) -> None:
+    """syslog tags, journald's _TRANSPORT and /dev/kmsg's facility each tell the kernel from a program."""
+    sxids, links = read_fabric_lines(FABRIC / name, year_hint=2025)
+    assert [(e.sxid, e.severity) for e in sxids if e.severity is not None] == [(24007, "fatal")]
+    assert [e.up for e in links] == [False]
+
+
+def test_a_quoted_fatal_sxid_never_fails_the_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """gpuhealth check --kernel-log over a log whose only fatal SXids are quotes: the node stays ok."""
+    lines = (FABRIC / "syslog-quoted-fabric-lines.txt").read_text().splitlines()
+    quoted = tmp_path / "syslog"
+    quoted.write_text("\n".join(line for line in lines if " kernel: " not in line) + "\n")
+    code = main(["check", "--snapshot", str(SNAPSHOT), "--kernel-log", str(quoted), "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert (code, verdict["status"], verdict["findings"]) == (0, "ok", [])

@@ -20,7 +20,7 @@ from agent.backends.kernel_log import (
     KmsgFollower,
 )
 from core.clock import ManualClock
-from core.snapshot import XidEvent
+from core.snapshot import LinkEvent, SxidEvent, XidEvent
 
 LOGS = FIXTURES / "kernel_logs"
 
@@ -190,7 +190,11 @@ time.sleep(60)
 
 
 def _fake_journalctl(
-    directory: Path, *, exit_after_output: bool, name: str = "fake-journalctl"
+    directory: Path,
+    *,
+    exit_after_output: bool,
+    name: str = "fake-journalctl",
+    entries: Path = LOGS / "journal-h100-xid.jsonl",
 ) -> tuple[Path, Path]:
     """A journalctl stand-in that prints the recorded JSON entries, then follows (sleeps) or exits."""
     runs = directory / "runs.txt"
@@ -199,7 +203,7 @@ def _fake_journalctl(
         FAKE_JOURNALCTL.format(
             python=sys.executable,
             runs=str(runs),
-            entries=str(LOGS / "journal-h100-xid.jsonl"),
+            entries=str(entries),
             exit_after_output=exit_after_output,
         )
     )
@@ -260,3 +264,64 @@ def test_journal_follower_without_journalctl_fails_at_start() -> None:
     """A node without journalctl is a clear KernelLogError, not a silent thread that never delivers."""
     with pytest.raises(KernelLogError, match="no-such-journalctl"):
         JournalFollower(Collector(), command=("no-such-journalctl",)).start()
+
+
+# --- quoted fabric lines -----------------------------------------------------------------------------------
+
+FABRIC = FIXTURES / "fabric"
+
+
+class FabricCollector:
+    """The followers' fabric callback: the SXid and link events, waitable."""
+
+    def __init__(self) -> None:
+        self.events: list[SxidEvent | LinkEvent] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event: SxidEvent | LinkEvent) -> None:
+        with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    def settle(self, count: int, quiet_s: float = 0.3) -> list[SxidEvent | LinkEvent]:
+        """At least ``count`` events, then nothing more for ``quiet_s`` (no late quote slips in)."""
+        with self._changed:
+            self._changed.wait_for(lambda: len(self.events) >= count, HANG_GUARD_S)
+        time.sleep(quiet_s)
+        with self._changed:
+            return list(self.events)
+
+
+def _kinds(events: list[SxidEvent | LinkEvent]) -> list[str]:
+    return [
+        f"sxid {e.sxid}" if isinstance(e, SxidEvent) else f"link {'up' if e.up else 'down'}" for e in events
+    ]
+
+
+def test_journal_follower_passes_only_the_kernels_fabric_entries(tmp_path: Path) -> None:
+    """Entries from logger (_TRANSPORT=syslog), a service's stdout or the journal API quote; never delivered."""
+    script, _ = _fake_journalctl(
+        tmp_path, exit_after_output=False, entries=FABRIC / "journal-quoted-fabric-lines.jsonl"
+    )
+    fabric = FabricCollector()
+    with JournalFollower(Collector(), command=(str(script),), fabric=fabric):
+        events = fabric.settle(2)
+    assert _kinds(events) == ["sxid 24007", "link down"]
+
+
+def test_kmsg_follower_passes_only_records_the_kernel_wrote(tmp_path: Path) -> None:
+    """A record a program wrote into /dev/kmsg has a user facility (12 = LOG_USER|warning): not delivered."""
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes((FABRIC / "kmsg-quoted-fabric-lines.txt").read_bytes())
+    fabric = FabricCollector()
+    follower = KmsgFollower(
+        Collector(),
+        path=str(kmsg),
+        from_start=True,
+        clock=_clock_an_hour_after_boot(),
+        poll_interval=0.01,
+        fabric=fabric,
+    )
+    with follower:
+        events = fabric.settle(2)
+    assert _kinds(events) == ["sxid 24007", "link down"]
