@@ -77,7 +77,7 @@ def test_sxid_and_link_lines_logged_by_another_program_are_quotes() -> None:
     """logger's default tag, a monitor, a health script, an RFC 5424 app: only the kernel's lines count."""
     lines = (FABRIC / "syslog-quoted-fabric-lines.txt").read_text().splitlines()
     sxids = [e for line in lines if (e := parse_sxid_line(line, year_hint=2025)) is not None]
-    links = [e for line in lines if (e := parse_link_line(line, year_hint=2025)) is not None]
+    links = [k for line in lines if (k := parse_link_line(line, year_hint=2025)) is not None]
     assert [(e.sxid, e.severity) for e in sxids] == [(24007, "fatal"), (24007, None)]
     assert [(e.up, e.netdev) for e in links] == [(False, "enp1s0f0np0")]
     assert links[0].at == datetime(2025, 3, 4, 9, 33, tzinfo=UTC)
