@@ -92,23 +92,12 @@ def _assign_events(snapshot: NodeSnapshot) -> tuple[list[list[XidEvent]], dict[s
     per_gpu = [list(gpu.xid_events) for gpu in snapshot.gpus]
     orphans: dict[str, list[XidEvent]] = {}
     for event in snapshot.unattributed_xid_events:
-        position = _owner(snapshot, event)
+        position = snapshot.owner_of(event)
         if position is not None:
             per_gpu[position].append(event)
             continue
         orphans.setdefault(_orphan_label(event), []).append(event)
     return per_gpu, orphans
-
-
-def _owner(snapshot: NodeSnapshot, event: XidEvent) -> int | None:
-    """The position of the listed GPU an unattributed event names by UUID or PCI address, if any."""
-    for position, gpu in enumerate(snapshot.gpus):
-        if event.gpu_uuid is not None and gpu.uuid == event.gpu_uuid:
-            return position
-    if event.pci_bus_id is None:
-        return None
-    owner = snapshot.gpu_by_pci(event.pci_bus_id)
-    return next((pos for pos, gpu in enumerate(snapshot.gpus) if gpu is owner), None)
 
 
 def _orphan_label(event: XidEvent) -> str:

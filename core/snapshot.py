@@ -11,6 +11,7 @@ add optional fields without breaking older readers.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Final, Literal
 
@@ -285,12 +286,34 @@ class NodeSnapshot(_Model):
         """Serialise in the v1 wire form (``schema`` key, every field present, nulls included)."""
         return self.model_dump_json(by_alias=True, indent=indent)
 
-    def gpu_by_pci(self, bus_id: str) -> GpuSnapshot | None:
-        """The GPU at a PCI address, whatever its spelling (``0000:3b:00`` or ``00000000:3B:00.0``)."""
-        wanted = pci_key(bus_id)
-        if wanted is None:
-            return None
-        return next((gpu for gpu in self.gpus if gpu.pci_bus_id and pci_key(gpu.pci_bus_id) == wanted), None)
+    def owner_of(self, event: XidEvent) -> int | None:
+        """The position of the listed GPU an XID belongs to (:func:`xid_owner`), or None."""
+        return xid_owner(self.gpus, event)
+
+
+def xid_owner(gpus: Sequence[GpuSnapshot], event: XidEvent) -> int | None:
+    """The position in ``gpus`` of the GPU an XID belongs to, decided once for every path (NVML's events,
+    kernel-log lines, DCGM's, and the checks' unattributed events).
+
+    The GPU its UUID names, else the GPU at its PCI address (any spelling, :func:`pci_key`); None when
+    neither names a listed GPU. The UUID wins because it names one chip for its life, while a PCI address
+    names a slot, and the event's source read the UUID from the chip itself (NVML, DCGM).
+    """
+    if event.gpu_uuid is not None:
+        for position, gpu in enumerate(gpus):
+            if gpu.uuid == event.gpu_uuid:
+                return position
+    wanted = pci_key(event.pci_bus_id) if event.pci_bus_id else None
+    if wanted is None:
+        return None
+    return next(
+        (
+            position
+            for position, gpu in enumerate(gpus)
+            if gpu.pci_bus_id and pci_key(gpu.pci_bus_id) == wanted
+        ),
+        None,
+    )
 
 
 _PCI_RE = re.compile(
