@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, FabricConfig
-from core.findings import Action, Finding
+from core.findings import Action, Finding, Status
 from core.snapshot import GpuSnapshot, IbPort, LinkEvent, NodeSnapshot, SxidEvent
 
 INFINIBAND = "infiniband"
@@ -41,6 +41,43 @@ ACTIVE_STATE = 4  # "4: ACTIVE" (IB_PORT_ACTIVE)
 LINK_UP_PHYS_STATE = 5  # "5: LinkUp" (IB_PORT_PHYS_STATE_LINK_UP)
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 _FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+
+
+PORT_COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
+"""Widths of the standard port counters in ``counters/`` (the kernel's ``drivers/infiniband/core/sysfs.c``,
+PortCounters of the IB specification). They saturate: at ``2**bits - 1`` they stop, never wrap."""
+
+
+def saturated_counters(port: IbPort, names: Iterable[str]) -> list[str]:
+    """The watched standard counters of a port pinned at their maximum, as ``name at value (N-bit)``.
+
+    A pinned counter's increase is 0 forever, so flap and error-rate detection on it are blind. A counter
+    of the same name in ``hw_counters/`` (the driver's own, 64-bit) is the one read then, and is never pinned.
+    """
+    standard = port.counters or {}
+    wider = port.hw_counters or {}
+    pinned: list[str] = []
+    for name in sorted(set(names)):
+        bits = PORT_COUNTER_BITS.get(name)
+        value = standard.get(name)
+        if bits is None or value is None or name in wider:
+            continue
+        if value >= (1 << bits) - 1:
+            pinned.append(f"{name} at {value} ({bits}-bit)")
+    return pinned
 
 
 def state_number(text: str | None) -> int | None:
@@ -85,8 +122,10 @@ def check_fabric(snapshot: NodeSnapshot, config: ChecksConfig) -> list[Finding]:
     findings: list[Finding] = []
     readings = snapshot.fabric
     if readings is not None and readings.ib_ports is not None:
-        findings.extend(_ports_down(snapshot.node, watched_ports(readings.ib_ports, settings), settings))
+        watched = watched_ports(readings.ib_ports, settings)
+        findings.extend(_ports_down(snapshot.node, watched, settings))
         findings.extend(_devices_missing(readings.ib_ports, settings))
+        findings.extend(_saturated(watched, settings))
     findings.extend(finding for gpu in snapshot.gpus if (finding := _gpu_fabric(gpu, settings)))
     if readings is not None:
         findings.extend(_sxids(readings.sxid_events, settings))
@@ -118,6 +157,29 @@ def _ports_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[
             code="IB_PORT_DOWN",
             message=f"{node}: IB/RoCE port(s) down {why}: {listed}",
             action=action,
+        )
+    ]
+
+
+def _saturated(ports: list[IbPort], settings: FabricConfig) -> list[Finding]:
+    """``IB_COUNTER_SATURATED`` (unknown): the counters flap and error-rate detection read are pinned."""
+    names = {"link_downed", *settings.error_thresholds}
+    pinned = [
+        f"{port_key(port)} {', '.join(found)}" for port in ports if (found := saturated_counters(port, names))
+    ]
+    if not pinned:
+        return []
+    return [
+        Finding(
+            check=INFINIBAND,
+            gpu=None,
+            status=Status.UNKNOWN,
+            code="IB_COUNTER_SATURATED",
+            message=(
+                "IB port counter(s) saturated: their increase is 0, so flap / error-rate detection on them "
+                f"is blind until they are reset (perfquery -R, or a driver reload): {'; '.join(pinned)}"
+            ),
+            action=Action.NONE,
         )
     ]
 

@@ -234,3 +234,54 @@ def test_the_memory_per_port_stays_bounded_over_a_long_run() -> None:
         findings, memory = judge(memory, snapshot)
     assert len(memory.ports["mlx5_0/1"].buckets) <= 100
     assert codes(findings) == ["IB_ERROR_RATE"]  # 360 symbol errors an hour: over 100
+
+
+# --- saturated counters ------------------------------------------------------------------------------------
+
+
+def test_pinned_counters_of_a_real_tree_are_reported_unknown_with_the_reason() -> None:
+    """4-bit counters stop at 15, 8-bit at 255, 16-bit at 65535: their increase is 0 from then on."""
+    snapshot = fabric_node(
+        *(p.model_dump() for p in read_ib_ports(FIXTURES / "fabric" / "sysfs-saturated") or [])
+    )
+    [finding] = check_fabric(snapshot, ChecksConfig())
+    assert (finding.check, finding.code, finding.status, finding.action) == (
+        "infiniband",
+        "IB_COUNTER_SATURATED",
+        Status.UNKNOWN,
+        Action.NONE,
+    )
+    for pinned in (
+        "excessive_buffer_overrun_errors at 15 (4-bit)",
+        "link_downed at 255 (8-bit)",
+        "local_link_integrity_errors at 15 (4-bit)",
+        "symbol_error at 65535 (16-bit)",
+    ):
+        assert pinned in finding.message
+    assert "mlx5_0/1" in finding.message and "mlx5_1" not in finding.message
+    assert run_checks(snapshot).status is Status.UNKNOWN  # never ok while a watched signal is blind
+
+
+def test_a_wider_hw_counter_of_the_same_name_is_read_instead_and_still_sees_flaps() -> None:
+    """counters/link_downed pinned at 255, hw_counters/link_downed (64-bit) still rising: a flap, no unknown."""
+    pinned = {"link_downed": 255}
+    snapshots = [
+        fabric_node(
+            port("mlx5_0", counters=pinned, hw_counters={"link_downed": 300 + n}),
+            at=T0 + timedelta(seconds=60 * n),
+        )
+        for n in (0, 2, 3)
+    ]
+    assert check_fabric(snapshots[0], ChecksConfig()) == []
+    memory = FabricMemory()
+    for snapshot in snapshots:
+        findings, memory = judge(memory, snapshot)
+    assert codes(findings) == ["IB_LINK_FLAP"]
+    without_wider = [
+        fabric_node(port("mlx5_0", counters=pinned), at=T0 + timedelta(seconds=60 * n)) for n in (0, 2, 3)
+    ]
+    memory = FabricMemory()
+    for snapshot in without_wider:
+        findings, memory = judge(memory, snapshot)
+    assert findings == []  # the pinned counter alone can never show the flap: hence the unknown above
+    assert codes(check_fabric(without_wider[0], ChecksConfig())) == ["IB_COUNTER_SATURATED"]
