@@ -384,12 +384,16 @@ def _advance(
             buckets.append((start, {name: rise for name, rise in rises.items() if rise}))
     flap_start = now - timedelta(seconds=settings.flap_window_s)
     downs = [at for at in history.downs if at >= flap_start]
-    downs.extend(
-        event.at or now
-        for event in events
-        if not event.up and port.netdev is not None and event.netdev == port.netdev
-    )
+    downs.extend(event.at or now for event in events if not event.up and _names_port(event, port))
     return PortHistory(last=counters, buckets=tuple(buckets), downs=tuple(downs))
+
+
+def _names_port(event: LinkEvent, port: IbPort) -> bool:
+    """Whether a link line is about this port: by its interface (mlx5 netdev lines) or by device and port
+    number (ib_core's port-state lines, the only sign of an InfiniBand port, which has no interface)."""
+    if port.netdev is not None and event.netdev == port.netdev:
+        return True
+    return event.ib_device == port.device and event.port == port.port
 
 
 def _increase(history: PortHistory, name: str, now: datetime, window_s: float, settings: FabricConfig) -> int:

@@ -194,12 +194,19 @@ class IbPort(_Model):
 
 
 class LinkEvent(_Model):
-    """A NIC port's link going down or up, from a kernel-log line (mlx5_core ``Link down`` / ``Link up``)."""
+    """A NIC port's link going down or up, from a kernel-log line: mlx5's netdev ``Link down`` / ``Link up``,
+    or ib_core's ``<ibdev>: Port: N Link DOWN`` / ``ACTIVE`` (an InfiniBand port, which has no netdev)."""
 
-    up: bool = Field(description="True for Link up, False for Link down.")
+    up: bool = Field(description="True for Link up (ACTIVE), False for Link down (DOWN).")
     at: UtcDatetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
     pci_bus_id: str | None = Field(default=None, description="The NIC function's PCI address as printed.")
     netdev: str | None = Field(default=None, description="The interface named by the line, if any.")
+    ib_device: str | None = Field(
+        default=None, description="The RDMA device an ib_core port-state line names, e.g. mlx5_0 (extension)."
+    )
+    port: int | None = Field(
+        default=None, description="The port number of an ib_core port-state line (extension)."
+    )
     message: str | None = Field(default=None, description="The line's text after the driver prefix.")
 
 

@@ -285,3 +285,18 @@ def test_a_wider_hw_counter_of_the_same_name_is_read_instead_and_still_sees_flap
         findings, memory = judge(memory, snapshot)
     assert findings == []  # the pinned counter alone can never show the flap: hence the unknown above
     assert codes(check_fabric(without_wider[0], ChecksConfig())) == ["IB_COUNTER_SATURATED"]
+
+
+def test_ib_core_port_downs_feed_the_flap_rule_of_that_device_and_port() -> None:
+    """A pure InfiniBand port has no netdev: ib_core's DOWN lines count for the device and port they name."""
+    lines = (FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_link_line(line)) is not None]
+    snapshot = fabric_node(
+        port("mlx5_0", counters=counters()),
+        port("mlx5_1", counters=counters()),
+        link_events=events,
+        at=datetime(2025, 6, 11, 10, 14, 30, tzinfo=UTC),
+    )
+    [finding] = judge(FabricMemory(), snapshot)[0]
+    assert finding.code == "IB_LINK_FLAP" and "mlx5_0/1 (3 link downs" in finding.message
+    assert "mlx5_1" not in finding.message

@@ -102,3 +102,21 @@ def test_a_quoted_fatal_sxid_never_fails_the_node(tmp_path: Path, capsys: pytest
     code = main(["check", "--snapshot", str(SNAPSHOT), "--kernel-log", str(quoted), "--json"])
     verdict = json.loads(capsys.readouterr().out)
     assert (code, verdict["status"], verdict["findings"]) == (0, "ok", [])
+
+
+# --- ib_core port-state lines ------------------------------------------------------------------------------
+
+
+def test_ib_core_port_state_lines_are_link_events_of_a_device_and_port() -> None:
+    """DOWN is a link down, ACTIVE a link up; INIT and ARMED are steps on the way up, not link changes."""
+    lines = (FABRIC / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e for line in lines if (e := parse_link_line(line)) is not None]
+    assert [(e.up, e.ib_device, e.port, e.netdev) for e in events] == [
+        *[(up, "mlx5_0", 1, None) for _ in range(3) for up in (False, True)],
+        (True, "rdmap9s0f0", 2, None),
+    ]
+    assert events[0].at == datetime(2025, 6, 11, 10, 14, 2, tzinfo=UTC)
+    assert events[0].pci_bus_id == "0000:08:00.0"
+    assert events[0].message == "mlx5_core 0000:08:00.0 mlx5_0: Port: 1 Link DOWN"
+    quoted = "Jun 11 10:14:02 node6 nhc[2211]: mlx5_core 0000:08:00.0 mlx5_0: Port: 1 Link DOWN"
+    assert parse_link_line(quoted) is None
