@@ -223,13 +223,26 @@ def _gpu_fabric(gpu: GpuSnapshot, settings: FabricConfig) -> Finding | None:
     return gpu_finding(NVSWITCH, gpu, status=warn_or_fail(action), code=code, detail=detail, action=action)
 
 
+SXID_SEVERITY_FATAL = 1
+"""``Severity 1`` on the driver's follow-up line: NVSWITCH_ERROR_SEVERITY_FATAL."""
+
+
+def _sxid_key(event: SxidEvent) -> tuple[int, int | None, str | None]:
+    return event.sxid, event.switch, event.pci_bus_id
+
+
 def _sxids(events: Iterable[SxidEvent], settings: FabricConfig) -> list[Finding]:
     fatal: list[str] = []
     other: list[str] = []
-    for event in events:
-        if event.severity is None:  # a detail line ("Severity 1 Engine instance ...", "Data {...}")
-            continue
+    listed = list(events)
+    headers = {_sxid_key(event) for event in listed if event.severity is not None}
+    for event in listed:
         text = f"SXid {event.sxid}" + (f" on nvswitch{event.switch}" if event.switch is not None else "")
+        if event.severity is None:  # a detail line ("Severity 1 Engine instance ...", "Data {...}")
+            # Its header line lost (a rotated or truncated log): judged by its own "Severity 1".
+            if event.detail_severity == SXID_SEVERITY_FATAL and _sxid_key(event) not in headers:
+                fatal.append(f"{text} (Severity 1 detail line; its header line is missing)")
+            continue
         (fatal if event.severity == "fatal" else other).append(text)
     findings: list[Finding] = []
     if fatal:

@@ -224,6 +224,13 @@ class SxidEvent(_Model):
     )
     message: str | None = Field(default=None, description="The text after the SXid number.")
     at: UtcDatetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
+    detail_severity: int | None = Field(
+        default=None,
+        description=(
+            "N of a follow-up line's 'Severity N' (the driver's NVSWITCH_ERROR_SEVERITY_*: 0 non-fatal, "
+            "1 fatal); null on a header line (extension)."
+        ),
+    )
 
 
 class FabricReadings(_Model):

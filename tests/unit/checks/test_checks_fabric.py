@@ -300,3 +300,30 @@ def test_ib_core_port_downs_feed_the_flap_rule_of_that_device_and_port() -> None
     [finding] = judge(FabricMemory(), snapshot)[0]
     assert finding.code == "IB_LINK_FLAP" and "mlx5_0/1 (3 link downs" in finding.message
     assert "mlx5_1" not in finding.message
+
+
+def test_a_fatal_sxid_whose_header_line_is_missing_is_judged_from_its_severity_line() -> None:
+    """A rotated or truncated log that kept only 'Severity 1 Engine instance ...': still a fatal SXid."""
+    lines = (FIXTURES / "fabric" / "dmesg-sxid-headerless.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_sxid_line(line)) is not None]
+    assert [(e["sxid"], e["severity"], e["detail_severity"]) for e in events] == [
+        (24007, None, 1),
+        (24007, None, None),
+        (22013, "non-fatal", None),
+        (22013, None, 0),
+    ]
+    findings = check_fabric(node(gpu(0), fabric={"sxid_events": events}), ChecksConfig())
+    assert [(f.code, f.action) for f in findings] == [
+        ("NVSWITCH_SXID_FATAL", Action.DRAIN_AND_RESET),
+        ("NVSWITCH_SXID_NONFATAL", Action.NONE),
+    ]
+    assert "SXid 24007 on nvswitch0" in findings[0].message and "22013" not in findings[0].message
+
+
+def test_a_severity_line_after_its_header_is_not_counted_twice() -> None:
+    """With the header present the detail line stays a detail: one fatal SXid, not two."""
+    lines = (FIXTURES / "fabric" / "dmesg-mlx5-flap-sxid.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_sxid_line(line)) is not None]
+    findings = check_fabric(node(gpu(0), fabric={"sxid_events": events}), ChecksConfig())
+    fatal = next(f for f in findings if f.code == "NVSWITCH_SXID_FATAL")
+    assert fatal.message.count("SXid 24007") == 1
