@@ -39,8 +39,11 @@ NVSWITCH = "nvswitch"
 
 ACTIVE_STATE = 4  # "4: ACTIVE" (IB_PORT_ACTIVE)
 LINK_UP_PHYS_STATE = 5  # "5: LinkUp" (IB_PORT_PHYS_STATE_LINK_UP)
+FABRIC_NOT_SUPPORTED = 0  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: no signal, whoever saved it
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 _FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+FABRIC_UNHEALTHY = 2  # NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
+FABRIC_LIMITED_CAPACITY = 3  # NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
 
 
 PORT_COUNTER_BITS: dict[str, int] = {
@@ -208,7 +211,7 @@ def _devices_missing(ports: list[IbPort], settings: FabricConfig) -> list[Findin
 
 def _gpu_fabric(gpu: GpuSnapshot, settings: FabricConfig) -> Finding | None:
     fabric = gpu.fabric
-    if fabric is None or fabric.state is None:
+    if fabric is None or fabric.state in (None, FABRIC_NOT_SUPPORTED):
         return None
     action = settings.fabric_manager_action
     if fabric.state != FABRIC_COMPLETED:
@@ -218,6 +221,19 @@ def _gpu_fabric(gpu: GpuSnapshot, settings: FabricConfig) -> Finding | None:
     elif fabric.status not in (None, 0):
         detail = f"NVLink fabric registration failed (NVML status {fabric.status})"
         code = "NVLINK_FABRIC_FAILED"
+    elif fabric.health_summary == FABRIC_UNHEALTHY:
+        detail = "the driver reports its NVLink fabric unhealthy"
+        code = "NVLINK_FABRIC_UNHEALTHY"
+    elif fabric.health_summary == FABRIC_LIMITED_CAPACITY:
+        detail = "the driver reports its NVLink fabric at limited capacity (degraded bandwidth)"
+        return gpu_finding(
+            NVSWITCH,
+            gpu,
+            status=Status.WARN,
+            code="NVLINK_FABRIC_DEGRADED",
+            detail=detail,
+            action=Action.NONE,
+        )
     else:
         return None
     return gpu_finding(NVSWITCH, gpu, status=warn_or_fail(action), code=code, detail=detail, action=action)

@@ -118,7 +118,9 @@ class GpuFabric(_Model):
     """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfo): NVSwitch systems only.
 
     ``state`` is NVML's fabric state (1 not started, 2 in progress, 3 completed; 0 "not supported" is stored
-    as a null ``fabric``); ``status`` is the NVML return code of the registration once completed (0 success).
+    as a null ``fabric``, and a saved 0 means the same: no signal); ``status`` is the NVML return code of the
+    registration once completed (0 success); ``health_summary`` the fabric's health where the driver
+    reports it.
     """
 
     state: int | None = Field(
@@ -129,6 +131,13 @@ class GpuFabric(_Model):
     )
     clique_id: int | None = Field(default=None, description="The NVLink clique (partition) the GPU is in.")
     cluster_uuid: str | None = Field(default=None, description="The NVLink domain (cluster) UUID, if set.")
+    health_summary: int | None = Field(
+        default=None,
+        description=(
+            "NVML_GPU_FABRIC_HEALTH_SUMMARY_*: 1 healthy, 2 unhealthy, 3 limited capacity (degraded); null "
+            "when the driver reports none (extension; nvmlDeviceGetGpuFabricInfoV, GB200-class systems)."
+        ),
+    )
 
 
 class GpuSnapshot(_Model):

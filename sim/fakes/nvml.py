@@ -399,6 +399,22 @@ class FakeNvml:
             info.cliqueId = gpu.fabric_clique
             return nvml.NVML_SUCCESS
 
+    def nvmlDeviceGetGpuFabricInfoV(self, device: object, gpuFabricInfo: Any) -> int:
+        """The versioned call (``nvmlGpuFabricInfo_v3_t``): the same fields plus the health summary. A driver
+        without the first call has no versioned one either."""
+        with self._lock:
+            gpu = self._device(device, "nvmlDeviceGetGpuFabricInfoV")
+            if "nvmlDeviceGetGpuFabricInfo" in self.profile.missing_functions:
+                _raise(nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if not self.profile.gpu_fabric:
+                _raise(nvml.NVML_ERROR_NOT_SUPPORTED)
+            info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)
+            info.state = gpu.fabric_state
+            info.status = gpu.fabric_status
+            info.cliqueId = gpu.fabric_clique
+            info.healthSummary = gpu.fabric_health
+            return nvml.NVML_SUCCESS
+
     # --- pynvml: events --------------------------------------------------------------------------------
 
     def nvmlEventSetCreate(self) -> FakeEventSet:
@@ -614,11 +630,15 @@ class FakeNvml:
         *,
         state: int = nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
         status: int = nvml.NVML_ERROR_UNKNOWN,
+        health: int | None = None,
     ) -> None:
-        """The GPU's fabric registration failed (completed with an error status) or never finished."""
+        """The GPU's fabric registration failed (completed with an error status) or never finished; with
+        ``health``, the driver's fabric health summary too (2 unhealthy, 3 limited capacity)."""
         with self._lock:
             target = self.gpu(gpu)
             target.fabric_state, target.fabric_status = state, status
+            if health is not None:
+                target.fabric_health = health
 
     def set_recovery_action(self, gpu: int | str, action: int) -> None:
         """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 reset, 2 reboot, 3 drain P2P, 4 drain and reset."""
@@ -689,6 +709,9 @@ class FakeNvml:
                 nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
                 nvml.NVML_SUCCESS,
             )
+            target.fabric_health = min(
+                target.fabric_health, 1
+            )  # a reset clears a fault: healthy, if reported
 
     def clear_faults(self, gpu: int | str) -> None:
         """The GPU repaired: a reset, plus it is back on the bus, its PCIe link at full width and speed,

@@ -327,3 +327,17 @@ def test_a_severity_line_after_its_header_is_not_counted_twice() -> None:
     findings = check_fabric(node(gpu(0), fabric={"sxid_events": events}), ChecksConfig())
     fatal = next(f for f in findings if f.code == "NVSWITCH_SXID_FATAL")
     assert fatal.message.count("SXid 24007") == 1
+
+
+def test_a_saved_fabric_state_0_is_no_signal_and_the_health_summary_is_judged() -> None:
+    """State 0 (NOT_SUPPORTED) in a saved snapshot is no signal; unhealthy fails, limited capacity warns."""
+    snapshot = NodeSnapshot.model_validate_json(
+        (FIXTURES / "fabric" / "snapshot-fabric-state-and-health.json").read_text()
+    )
+    findings = check_fabric(snapshot, ChecksConfig())
+    by_gpu = {snapshot.gpus.index(g): f for f in findings for g in snapshot.gpus if g.uuid == f.gpu}
+    assert sorted((pos, f.code, f.status, f.action) for pos, f in by_gpu.items()) == [
+        (2, "NVLINK_FABRIC_DEGRADED", Status.WARN, Action.NONE),
+        (3, "NVLINK_FABRIC_UNHEALTHY", Status.FAIL, Action.RESET_GPU),
+    ]
+    assert len(findings) == 2 and all(f.check == "nvswitch" for f in findings)
