@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from checks.config import ChecksConfig
 
 EXIT_UNKNOWN = 3
+LIVE_READ_TIMEOUT_S = 30.0  # reading 8 GPUs takes well under a second; NVML hung on a lost GPU never ends
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,11 +98,19 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
     from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
     from agent.backends.nvml.backend import NvmlBackend
     from agent.sources.fabric import FabricSource
+    from agent.sources.watchdog import Deadline, Stall
 
-    with NvmlBackend(
-        node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
-    ) as backend:
-        return FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
+    node = args.node or default_node_name()
+
+    def read() -> NodeSnapshot:
+        with NvmlBackend(node_name=node, expected_gpu_count=args.expected_gpus) as backend:
+            return FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
+
+    # A GPU falling off the bus can hang NVML: the check answers unknown instead of hanging with it.
+    outcome = Deadline("nvml", LIVE_READ_TIMEOUT_S).run(read)
+    if isinstance(outcome, Stall):
+        return NodeSnapshot(node=node, taken_at=datetime.now(UTC), nvml_error=outcome.describe(), gpus=[])
+    return outcome
 
 
 def _read_dcgm_page(location: str) -> str | DcgmReadings:

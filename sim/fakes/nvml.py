@@ -97,6 +97,10 @@ class FakeNvml:
         self._gpus = [new_gpu(self.profile, effective_seed, node_name, slot) for slot in range(count)]
         self._handles = [FakeDeviceHandle(self._id, slot) for slot in range(count)]
         self._lock = threading.RLock()
+        self.hang: threading.Event | None = None
+        """Set to an event and every pynvml call blocks until it is set, as NVML does on a GPU that is falling
+        off the bus: the watchdog's fault. The hang holds the library's lock, so calls from other threads (the
+        XID watcher) wait behind it, as they do on a real driver."""
         self._events_changed = threading.Condition(self._lock)
         self._event_sets: list[FakeEventSet] = []
         self._init_count = 0
@@ -127,6 +131,9 @@ class FakeNvml:
     def _enter(self, function: str) -> None:
         """Bookkeeping every pynvml call shares: count it, then the init and missing-function checks."""
         self.calls[function] += 1
+        hang = self.hang
+        if hang is not None:
+            hang.wait()  # under the lock, as the driver holds its own: every other call waits too
         if self._init_count == 0:
             _raise(nvml.NVML_ERROR_UNINITIALIZED)
         if function in self.profile.missing_functions:
