@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -32,7 +33,7 @@ from checks.config import ChecksConfig
 from checks.runner import merge_findings, run_checks
 from core.clock import Clock, RealClock
 from core.dcgm import DcgmReadings
-from core.findings import Finding, Verdict
+from core.findings import Finding, Status, Verdict, with_unknown_ages
 from core.health import NodeHealth
 from core.snapshot import NodeSnapshot
 from core.steps import (
@@ -143,6 +144,7 @@ class Agent:
         self._waiter: Waiter = waiter or _event_wait
         self._closers = closers
         self._memory = parts.memory
+        self._unknown_since: dict[tuple[str | None, str], datetime] = {}  # unknown findings, since when
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._relay: NodeChangeRelay | None = None
@@ -196,10 +198,17 @@ class Agent:
             diagnostics.settle(self.parts.state_machine)
         verdict = run_checks(snapshot, self.parts.checks)
         sources = (*self.parts.finding_sources, *((diagnostics,) if diagnostics is not None else ()))
-        if not sources:
-            return verdict
-        extra = [f for source in sources for f in source.findings(snapshot)]  # never raise, cache own polls
-        return Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
+        findings = verdict.findings
+        if sources:
+            extra = [
+                f for source in sources for f in source.findings(snapshot)
+            ]  # never raise, cache own polls
+            findings = merge_findings(verdict.findings, extra)
+        if not self._unknown_since and all(f.status is not Status.UNKNOWN for f in findings):
+            return verdict if not sources else Verdict.from_findings(snapshot.node, findings)
+        # an unknown reading carries its age (since when), shown everywhere: never taken for a fresh one
+        stamped, self._unknown_since = with_unknown_ages(findings, self._unknown_since, self.clock.now())
+        return Verdict.from_findings(snapshot.node, stamped)
 
     def _debounce(self, verdict: Verdict, snapshot: NodeSnapshot) -> NodeHealth:
         """The node's health after this verdict: humans' requests first (quarantine, release, diag), then

@@ -274,7 +274,8 @@ class NodeSnapshot(_Model):
     driver_version: str | None = None
     expected_gpu_count: int | None = None
     nvml_error: str | None = Field(
-        default=None, description="Set when NVML could not be initialised at all; gpus is then empty."
+        default=None,
+        description="Set when NVML could not be initialised or did not answer (watchdog); gpus is empty.",
     )
     gpus: list[GpuSnapshot]
     unattributed_xid_events: Annotated[list[XidEvent], BeforeValidator(_none_as_empty_list)] = Field(

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from core.dcgm import DcgmReadings
-from core.findings import Finding, Verdict
+from core.findings import Finding, Verdict, with_unknown_ages
 from core.snapshot import FabricReadings, NodeSnapshot
 from gpuhealth.cli.common import default_node_name, load_yaml_mapping
 from gpuhealth.cli.errors import CliError
@@ -71,6 +71,9 @@ def run_check(args: argparse.Namespace) -> int:
     if args.dcgmi_diag:
         extra = _diag_file_findings(args.dcgmi_diag, snapshot)
         verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
+    if snapshot.taken_at is not None:  # unknown since the reading at the latest: a stale file shows its age
+        stamped, _ = with_unknown_ages(verdict.findings, {}, snapshot.taken_at)
+        verdict = Verdict.from_findings(snapshot.node, stamped)
     _print(verdict, snapshot, as_json=args.json)
     return verdict.exit_code
 
@@ -109,7 +112,8 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
     # A GPU falling off the bus can hang NVML: the check answers unknown instead of hanging with it.
     outcome = Deadline("nvml", LIVE_READ_TIMEOUT_S).run(read)
     if isinstance(outcome, Stall):
-        return NodeSnapshot(node=node, taken_at=datetime.now(UTC), nvml_error=outcome.describe(), gpus=[])
+        began = datetime.now(UTC) - timedelta(seconds=outcome.waited_s)  # unknown since the call began
+        return NodeSnapshot(node=node, taken_at=began, nvml_error=outcome.describe(), gpus=[])
     return outcome
 
 

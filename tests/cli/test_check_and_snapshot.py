@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from repo_paths import FIXTURES
+
+from core.snapshot import NodeSnapshot
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -173,3 +176,21 @@ def test_version_and_help_work(run_cli: RunCli) -> None:
     help_text = run_cli("--help").stdout
     for command in ("check", "snapshot", "demo"):
         assert command in help_text
+
+
+def test_a_saved_unknown_reading_shows_its_age(run_cli: RunCli, tmp_path: Path) -> None:
+    """check --snapshot of a reading NVML never answered: "unknown for 3 h", never a fresh-looking verdict."""
+    taken = datetime.now(UTC) - timedelta(hours=3)
+    stale = NodeSnapshot(
+        node="gpu-node-07",
+        taken_at=taken,
+        nvml_error="nvml call has not answered for 30 s (watchdog)",
+        gpus=[],
+    )
+    saved = tmp_path / "stale.json"
+    saved.write_text(stale.to_json(), encoding="utf-8")
+    result = run_cli("check", "--snapshot", str(saved))
+    assert result.returncode == 3
+    assert "unknown for 3 h" in " ".join(result.stdout.split())
+    as_json = json.loads(run_cli("check", "--snapshot", str(saved), "--json").stdout)
+    assert datetime.fromisoformat(as_json["findings"][0]["since"]) == taken

@@ -218,3 +218,21 @@ def test_a_follower_that_stopped_is_reported_unknown_until_one_runs_again() -> N
     clock.advance(60)
     feed.ensure_watching()
     assert len(followers) == 3 and followers[2].running and feed.findings(empty) == []
+
+
+def test_an_unknown_reading_carries_its_age_pass_after_pass(node: Node) -> None:
+    """Unknown for 14 min: the stamp is when it turned unknown, kept while it stays unknown, never renewed."""
+    node.agent.tick()
+    node.hang_nvml()
+    began = node.clock.now()
+    first = node.agent.tick()
+    node.clock.advance(14 * 60)
+    later = node.agent.tick()
+    [finding] = later.verdict.findings
+    assert first.verdict.findings[0].since == finding.since == began
+    assert finding.shown(node.clock.now()).startswith(
+        "unknown for 14 min: NVML unavailable: nvml call has not answered"
+    )
+    node.release.set()
+    assert wait_until(lambda: node.deadline.stats().stalled_s == 0)
+    assert node.agent.tick().verdict.findings == []  # answering again: no unknown, no stamp
