@@ -413,7 +413,13 @@ def _advance(
             buckets.append((start, {name: rise for name, rise in rises.items() if rise}))
     flap_start = now - timedelta(seconds=settings.flap_window_s)
     downs = [at for at in history.downs if at >= flap_start]
-    downs.extend(event.at or now for event in events if not event.up and _names_port(event, port))
+    # only downs inside the window: a line delivered late (a backlog, a restarted follower) that happened
+    # long ago is not a flap now; a line without a time happened "now" as far as anyone knows
+    downs.extend(
+        at
+        for event in events
+        if not event.up and _names_port(event, port) and (at := event.at or now) >= flap_start
+    )
     return PortHistory(last=counters, buckets=tuple(buckets), downs=tuple(downs))
 
 
@@ -429,3 +435,46 @@ def _increase(history: PortHistory, name: str, now: datetime, window_s: float, s
     """How much a counter rose in the buckets that overlap the window (a bucket counts whole)."""
     start = now - timedelta(seconds=window_s + _bucket_s(settings))
     return sum(rises.get(name, 0) for at, rises in history.buckets if at > start)
+
+
+# --- a saved log, judged over its own timestamps (a post-mortem) -------------------------------------------
+
+
+def judge_logged_flaps(events: Iterable[LinkEvent], config: ChecksConfig) -> list[Finding]:
+    """``IB_LINK_FLAP`` from a saved kernel log alone: ``flap_threshold`` link downs of one port within any
+    ``flap_window_s`` of the log's own times (``gpuhealth check --kernel-log FILE``, a post-mortem with no
+    earlier reading). Ports are named as the lines name them (interface, or RDMA device and port); a down
+    without a time cannot be placed in a window and is not counted."""
+    settings = config.fabric
+    if not settings.enabled:
+        return []
+    downs: dict[str, list[datetime]] = {}
+    for event in events:
+        if event.up or event.at is None:
+            continue
+        name = f"{event.ib_device}/{event.port}" if event.ib_device is not None else event.netdev
+        if name is not None:
+            downs.setdefault(name, []).append(event.at)
+    window = timedelta(seconds=settings.flap_window_s)
+    flapping: list[str] = []
+    for name, times in sorted(downs.items()):
+        times.sort()
+        for first, at in enumerate(times):
+            last = first + settings.flap_threshold - 1
+            if last < len(times) and times[last] - at <= window:
+                span = (times[last] - at).total_seconds()
+                count = settings.flap_threshold
+                flapping.append(
+                    f"{name} ({count} link downs in {span:.0f} s from {at:%Y-%m-%d %H:%M:%S} UTC)"
+                )
+                break
+    if not flapping:
+        return []
+    return [
+        _node_finding(
+            INFINIBAND,
+            code="IB_LINK_FLAP",
+            message="IB/RoCE link flapping (kernel log): " + "; ".join(flapping),
+            action=settings.flap_action,
+        )
+    ]

@@ -68,6 +68,12 @@ def run_check(args: argparse.Namespace) -> int:
     if page is not None:
         snapshot = _with_dcgm_page(snapshot, page)
     verdict = run_checks(snapshot, config, checks=PAGE_SNAPSHOT_CHECKS if from_page else CHECKS)
+    if args.kernel_log and snapshot.fabric is not None:  # a post-mortem: flaps over the log's own times
+        from checks.fabric import judge_logged_flaps
+
+        logged = judge_logged_flaps(snapshot.fabric.link_events, config)
+        if logged:
+            verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, logged))
     if args.dcgmi_diag:
         extra = _diag_file_findings(args.dcgmi_diag, snapshot)
         verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))

@@ -194,3 +194,18 @@ def test_a_saved_unknown_reading_shows_its_age(run_cli: RunCli, tmp_path: Path) 
     assert "unknown for 3 h" in " ".join(result.stdout.split())
     as_json = json.loads(run_cli("check", "--snapshot", str(saved), "--json").stdout)
     assert datetime.fromisoformat(as_json["findings"][0]["since"]) == taken
+
+
+def test_a_post_mortem_kernel_log_shows_the_flap_it_holds(run_cli: RunCli) -> None:
+    """gpuhealth check --kernel-log on a log with three link downs in 16 s: the flap, not "all passed"."""
+    result = run_cli(
+        "check",
+        "--snapshot",
+        str(SNAPSHOTS / "h100-sxm-healthy.json"),
+        "--kernel-log",
+        str(FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt"),
+        "--json",
+    )
+    verdict = json.loads(result.stdout)
+    assert result.returncode == 2, result.stderr
+    assert [f["code"] for f in verdict["findings"]] == ["IB_LINK_FLAP"]

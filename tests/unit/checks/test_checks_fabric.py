@@ -12,7 +12,7 @@ from repo_paths import FIXTURES
 from agent.backends.infiniband import read_ib_ports
 from agent.backends.kernel_log import parse_link_line, parse_sxid_line
 from checks.config import ChecksConfig
-from checks.fabric import FabricMemory, check_fabric, judge_fabric_trends
+from checks.fabric import FabricMemory, check_fabric, judge_fabric_trends, judge_logged_flaps
 from checks.runner import run_checks
 from core.findings import Action, Finding, Status
 from core.snapshot import IbPort, NodeSnapshot
@@ -169,6 +169,7 @@ def test_kernel_log_link_downs_count_as_flaps_of_the_port_with_that_interface() 
         port("mlx5_0", netdev="enp1s0f0np0", counters=counters()),
         port("mlx5_1", netdev="enp1s0f1np1", counters=counters()),
         link_events=events,
+        at=datetime(2025, 3, 4, 9, 23, tzinfo=UTC),  # just after the lines: the downs are in the window
     )
     [finding] = judge(FabricMemory(), snapshot)[0]
     assert finding.code == "IB_LINK_FLAP" and "mlx5_0/1 (3 link downs" in finding.message
@@ -341,3 +342,30 @@ def test_a_saved_fabric_state_0_is_no_signal_and_the_health_summary_is_judged() 
         (3, "NVLINK_FABRIC_UNHEALTHY", Status.FAIL, Action.RESET_GPU),
     ]
     assert len(findings) == 2 and all(f.check == "nvswitch" for f in findings)
+
+
+# --- a saved log over its own times, and windows that hold only their own events --------------------------
+
+
+def test_link_downs_that_happened_long_ago_are_not_a_flap_now() -> None:
+    """The trend rule counts only downs inside its window: three lines from an hour ago delivered late are
+    not a flap at this reading."""
+    lines = (FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_link_line(line)) is not None]
+    late = fabric_node(
+        port("mlx5_0", counters=counters()), link_events=events, at=datetime(2025, 6, 11, 11, 30, tzinfo=UTC)
+    )
+    assert judge(FabricMemory(), late)[0] == []
+
+
+def test_a_saved_log_flaps_over_its_own_timestamps() -> None:
+    """gpuhealth check --kernel-log: three link downs in 16 s are a flap, with no earlier reading at all."""
+    lines = (FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e for line in lines if (e := parse_link_line(line)) is not None]
+    [finding] = judge_logged_flaps(events, ChecksConfig())
+    assert (finding.code, finding.action) == ("IB_LINK_FLAP", Action.REPLACE)
+    assert "mlx5_0/1 (3 link downs in 16 s from 2025-06-11 10:14:02 UTC)" in finding.message
+    spread = [
+        e.model_copy(update={"at": e.at + timedelta(minutes=6 * n)}) for n, e in enumerate(events) if e.at
+    ]
+    assert judge_logged_flaps(spread, ChecksConfig()) == []  # the same downs 12 min apart: no flap
