@@ -20,7 +20,7 @@ from aggregator.store import requests as node_requests
 from aggregator.store.common import insert_ignoring_conflict, record_event
 from aggregator.store.tables import events, incidents, nodes, requests
 from core.aggregator_api import BAD_STATES, Report, ReportAck
-from core.findings import Action
+from core.findings import SHARED_CAUSE_CODES, Action
 from core.health import NodeState
 
 log = structlog.get_logger(__name__)
@@ -368,6 +368,7 @@ def _record_timeline(
             )
     old_codes = _finding_keys(row.findings if previous_state else [])
     new_codes = _finding_keys([f.model_dump(mode="json") for f in report.verdict.findings])
+    _record_shared_cause(conn, node, old_codes, new_codes, incident_id=incident_id, now=now)
     if new_codes != old_codes:
         codes = sorted({code for code, _gpu, _status in new_codes})
         record_event(
@@ -390,6 +391,31 @@ def _record_timeline(
             incident_id=action.incident_id or incident_id,
             message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
+        )
+
+
+def _record_shared_cause(
+    conn: Connection,
+    node: str,
+    old: set[tuple[str, str | None, str]],
+    new: set[tuple[str, str | None, str]],
+    *,
+    incident_id: str | None,
+    now: datetime,
+) -> None:
+    """A node that starts reporting a shared cause (the whole fabric down) is counted by the breaker."""
+    started = {code for code, _gpu, _status in new if code in SHARED_CAUSE_CODES} - {
+        code for code, _gpu, _status in old if code in SHARED_CAUSE_CODES
+    }
+    for code in sorted(started):
+        record_event(
+            conn,
+            at=now,
+            kind=breaker.SHARED_CAUSE,
+            node=node,
+            incident_id=incident_id,
+            message=f"reports {code}: a cause shared with other nodes is possible",
+            details={"code": code},
         )
 
 

@@ -29,9 +29,10 @@ from datetime import datetime, timedelta
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, FabricConfig
-from core.findings import Action, Finding, Status
+from core.findings import SHARED_CAUSE_CODES, Action, Finding, Status
 from core.snapshot import GpuSnapshot, IbPort, LinkEvent, NodeSnapshot, SxidEvent
 
+FABRIC_DOWN_CODE = SHARED_CAUSE_CODES[0]
 INFINIBAND = "infiniband"
 """Check family of the port faults: they break multi-node jobs only (the label policy routes on)."""
 NVSWITCH = "nvswitch"
@@ -135,7 +136,35 @@ def check_fabric(snapshot: NodeSnapshot, config: ChecksConfig) -> list[Finding]:
     return findings
 
 
+INIT_STATE = 2  # "2: INIT": physically up, never configured by a subnet manager
+
+
+def _fabric_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[Finding]:
+    """``IB_FABRIC_DOWN``: every InfiniBand port of the node down or stuck in INIT, as when the subnet manager
+    is gone. Reported whatever ``expected_active_ports`` says (no sibling is up to infer from); the aggregator
+    takes it for a shared cause when several nodes report it (its breaker), never for a node to drain."""
+    infiniband = [port for port in ports if (port.link_layer or "InfiniBand") == "InfiniBand"]
+    if not infiniband or any(port_up(port) is not False for port in infiniband):
+        return []
+    stuck = [port for port in infiniband if state_number(port.state) == INIT_STATE]
+    why = "stuck in INIT (no subnet manager?)" if len(stuck) == len(infiniband) else "down or stuck in INIT"
+    listed = ", ".join(
+        f"{port_key(port)} ({port.state or '?'} / {port.phys_state or '?'})" for port in infiniband
+    )
+    return [
+        _node_finding(
+            INFINIBAND,
+            code=FABRIC_DOWN_CODE,
+            message=f"{node}: every InfiniBand port {why}: {listed}",
+            action=settings.port_down_action,
+        )
+    ]
+
+
 def _ports_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[Finding]:
+    fabric_down = _fabric_down(node, ports, settings)
+    if fabric_down:  # the whole fabric, not one port: one finding says so
+        return fabric_down
     states = [(port, port_up(port)) for port in ports]
     down = [port for port, up in states if up is False]
     if not down:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,6 +67,12 @@ def worst_status(statuses: Iterable[Status]) -> Status:
 def worst_action(actions: Iterable[Action]) -> Action:
     """The most severe action; ``none`` for none at all."""
     return max(actions, key=lambda action: action.rank, default=Action.NONE)
+
+
+SHARED_CAUSE_CODES: Final = ("IB_FABRIC_DOWN",)
+"""Finding codes that, reported by several nodes at once, have one cause outside every node (the whole
+InfiniBand fabric down: the subnet manager gone). The aggregator's breaker treats them so: no node is drained
+for them one by one."""
 
 
 class Finding(BaseModel):

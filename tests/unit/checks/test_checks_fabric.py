@@ -369,3 +369,27 @@ def test_a_saved_log_flaps_over_its_own_timestamps() -> None:
         e.model_copy(update={"at": e.at + timedelta(minutes=6 * n)}) for n, e in enumerate(events) if e.at
     ]
     assert judge_logged_flaps(spread, ChecksConfig()) == []  # the same downs 12 min apart: no flap
+
+
+# --- the whole fabric down -----------------------------------------------------------------------------------
+
+
+def test_every_ib_port_stuck_in_init_is_a_fabric_outage_without_an_expected_count() -> None:
+    """No subnet manager: every InfiniBand port physically up but stuck in INIT. No sibling is up to infer
+    from, and no count is configured, yet it is reported (the RoCE port is another fabric and stays out)."""
+    ports = read_ib_ports(FIXTURES / "fabric" / "sysfs-no-subnet-manager") or []
+    snapshot = fabric_node(*(p.model_dump() for p in ports))
+    [finding] = check_fabric(snapshot, ChecksConfig())
+    assert (finding.check, finding.code, finding.status, finding.action) == (
+        "infiniband",
+        "IB_FABRIC_DOWN",
+        Status.FAIL,
+        Action.REPLACE,
+    )
+    assert "stuck in INIT (no subnet manager?)" in finding.message
+    assert "mlx5_0/1 (2: INIT / 5: LinkUp)" in finding.message and "mlx5_4" not in finding.message
+    # with a count configured it is still one fabric finding, not a port-down one
+    assert codes(check_fabric(snapshot, config(expected_active_ports=4))) == ["IB_FABRIC_DOWN"]
+    # one port back: no longer the whole fabric
+    healed = fabric_node(*(p.model_dump() for p in ports[1:]), port("mlx5_0"))
+    assert "IB_FABRIC_DOWN" not in codes(check_fabric(healed, ChecksConfig()))
