@@ -209,3 +209,15 @@ def test_a_post_mortem_kernel_log_shows_the_flap_it_holds(run_cli: RunCli) -> No
     verdict = json.loads(result.stdout)
     assert result.returncode == 2, result.stderr
     assert [f["code"] for f in verdict["findings"]] == ["IB_LINK_FLAP"]
+
+
+def test_a_quoted_fatal_sxid_never_fails_the_node(run_cli: RunCli, tmp_path: Path) -> None:
+    """check --kernel-log over a log whose only fatal SXids are quotes (logger, a monitor): the node stays ok."""
+    lines = (FIXTURES / "fabric" / "syslog-quoted-fabric-lines.txt").read_text().splitlines()
+    quoted = tmp_path / "syslog"
+    quoted.write_text("\n".join(line for line in lines if " kernel: " not in line) + "\n")
+    result = run_cli(
+        "check", "--snapshot", str(SNAPSHOTS / "h100-sxm-healthy.json"), "--kernel-log", str(quoted), "--json"
+    )
+    verdict = json.loads(result.stdout)
+    assert (result.returncode, verdict["status"], verdict["findings"]) == (0, "ok", [])
