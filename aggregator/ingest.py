@@ -21,7 +21,7 @@ from aggregator.store import requests as node_requests
 from aggregator.store.common import insert_ignoring_conflict, record_event
 from aggregator.store.tables import events, incidents, nodes, requests
 from core.aggregator_api import BAD_STATES, Report, ReportAck
-from core.findings import Action
+from core.findings import SHARED_CAUSE_CODES, Action
 from core.health import NodeState
 
 log = structlog.get_logger(__name__)
@@ -405,6 +405,7 @@ def _record_timeline(
             )
     old_codes = _finding_keys(row.findings if previous_state else [])
     new_codes = _finding_keys([f.model_dump(mode="json") for f in report.verdict.findings])
+    _record_shared_cause(timeline, node, old_codes, new_codes, incident_id=incident_id)
     if new_codes != old_codes:
         codes = sorted({code for code, _gpu, _status in new_codes})
         timeline.add(
@@ -434,6 +435,31 @@ def _action_incident(conn: Connection, node: str, claimed: str | None, current: 
     if claimed is None or claimed == current:
         return current
     return incident_ids.own_or(conn, node, claimed, current)
+
+
+def _record_shared_cause(
+    timeline: _Timeline,
+    node: str,
+    old: set[tuple[str, str | None, str]],
+    new: set[tuple[str, str | None, str]],
+    *,
+    incident_id: str | None,
+) -> None:
+    """A node that starts reporting a shared cause (the whole fabric down) is counted by the breaker (so the
+    row is never held back by the node's history bound)."""
+    started = {code for code, _gpu, _status in new if code in SHARED_CAUSE_CODES} - {
+        code for code, _gpu, _status in old if code in SHARED_CAUSE_CODES
+    }
+    for code in sorted(started):
+        timeline.add(
+            bounded=False,
+            at=timeline.now,
+            kind=breaker.SHARED_CAUSE,
+            node=node,
+            incident_id=incident_id,
+            message=f"reports {code}: a cause shared with other nodes is possible",
+            details={"code": code},
+        )
 
 
 def _finding_keys(findings: list[dict[str, Any]]) -> set[tuple[str, str | None, str]]:

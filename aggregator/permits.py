@@ -23,6 +23,7 @@ from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, nodes, permits
 from core.aggregator_api import BudgetStatus, Permit, PermitRefusal, PermitRequest
+from core.findings import SHARED_CAUSE_CODES
 
 log = structlog.get_logger(__name__)
 
@@ -157,6 +158,9 @@ def _fleet_refusal(
 ) -> PermitRefusal | None:
     if breaker.evaluate(conn, settings, now):
         return PermitRefusal(code="breaker_tripped", reason="the fleet circuit breaker is tripped")
+    shared = _shared_cause(conn, request.node, settings, now)
+    if shared is not None:
+        return PermitRefusal(code="shared_cause", reason=shared)
     cooldown = _cooldown_until(conn, request, settings, now)
     if cooldown is not None:
         return PermitRefusal(code="cooldown", reason=f"node in cooldown until {cooldown.isoformat()}")
@@ -167,6 +171,17 @@ def _fleet_refusal(
             code="budget_exhausted", reason=f"budget exhausted: {in_use} of {limit} permits in use"
         )
     return None
+
+
+def _shared_cause(conn: Connection, node: str, settings: AggregatorSettings, now: datetime) -> str | None:
+    """Why not to act on this node alone: it reports a shared cause (the whole fabric down) that other nodes
+    report too within the breaker's window. One node's outage may be its own; several are one cause."""
+    findings = conn.execute(select(nodes.c.findings).where(nodes.c.name == node)).scalar_one_or_none() or []
+    codes = {f.get("code") for f in findings if isinstance(f, dict) and f.get("status") != "ok"}
+    shared = sorted(code for code in codes if code in SHARED_CAUSE_CODES)
+    if not shared or breaker.recent_shared_cause(conn, settings, now) < 2:
+        return None
+    return f"{', '.join(shared)} is reported by other nodes too: a shared cause, not this node's to drain"
 
 
 def _cooldown_until(

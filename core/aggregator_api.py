@@ -377,7 +377,9 @@ class CentralDrain(_Wire):
 class PermitRefusal(_Wire):
     """Why a permit was refused (HTTP 409)."""
 
-    code: Literal["breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node"]
+    code: Literal[
+        "breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node", "shared_cause"
+    ]
     reason: str
 
 

@@ -39,6 +39,19 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+function age(iso) {
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+// an unknown reading with its age ("unknown for 14 min"): a stale verdict is never taken for a fresh one
+function findingStatus(finding) {
+  return finding.status === "unknown" && finding.since ? `unknown for ${age(finding.since)}` : finding.status;
+}
+
 function when(iso) {
   if (!iso) return "";
   const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
@@ -203,7 +216,7 @@ async function refreshNode(name) {
     ...node.gpus.map((gpu) => el("tr", { "data-gpu": gpu.uuid, "data-status": gpu.status },
       el("td", { text: String(gpu.index) }), el("td", { text: `${gpu.name || ""} ${gpu.uuid}` }), el("td", { text: gpu.in_incident ? `${gpu.status}, in the open incident` : gpu.status }))));
   $("node-findings").replaceChildren(...node.findings.map((finding) => el("tr", { "data-code": finding.code },
-    el("td", { text: finding.status }), el("td", { text: finding.code }), el("td", { text: finding.message }))));
+    el("td", { text: findingStatus(finding) }), el("td", { text: finding.code }), el("td", { text: finding.message }))));
   $("node-incident").textContent = node.incident
     ? `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`
     : "none";

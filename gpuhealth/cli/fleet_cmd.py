@@ -478,7 +478,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
                 status_text(finding.status),
                 Text(finding.code),
                 finding.action.value,
-                Text(finding.message),
+                Text(finding.shown(datetime.now(UTC))),
             )
         console.print(findings)
     if detail.incident:

@@ -159,3 +159,25 @@ def test_incidents_older_than_the_repeat_offender_period_do_not_count(
     post(client, report("node-1", 3, "healthy", interval_s=None))
     ack = post(client, report("node-1", 4, "unhealthy", incident="inc-3"))
     assert ack["hold"] is None
+
+
+def test_an_unknown_findings_age_reaches_on_call(client: TestClient) -> None:
+    """The agent stamps an unknown finding with since when it has been unknown; the node's detail keeps it
+    (the fleet page and `gpuhealth fleet node` show "unknown for 14 min: ...")."""
+    body = report("node-1", 1, "unknown")
+    since = "2025-12-31T23:46:00+00:00"
+    body["verdict"]["findings"] = [
+        {
+            "check": "presence",
+            "gpu": None,
+            "status": "unknown",
+            "code": "NVML_UNAVAILABLE",
+            "message": "nvml call has not answered for 840 s (watchdog)",
+            "action": "none",
+            "since": since,
+        }
+    ]
+    body["verdict"]["status"], body["verdict"]["action"] = "unknown", "none"
+    post(client, body)
+    [finding] = client.get("/v1/nodes/node-1", headers=AUTH).json()["findings"]
+    assert finding["since"] == since.replace("+00:00", "Z") or finding["since"] == since
