@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from control_plane import ControlPlane, ControlPlaneUnavailable, find_binaries
+from kube_stack import Controller, how_to_build
 from kubernetes import client
 from realkube import Cluster, RealGpuNode
 
@@ -61,3 +62,44 @@ def human(cluster: Cluster) -> Iterator[client.CoreV1Api]:
     api_client = cluster.plane.api_client(user="alice", groups=("system:masters",))
     yield client.CoreV1Api(api_client)
     api_client.close()
+
+
+def _unavailable(exc: ControlPlaneUnavailable) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(str(exc))
+    pytest.skip(str(exc))
+
+
+@pytest.fixture
+def kube_stack(control_plane: ControlPlane) -> ControlPlane:
+    """The control plane with kube-scheduler and KWOK (skips, or fails in CI, when they are not built)."""
+    for name, present in (("kube-scheduler", control_plane.scheduler), ("kwok", control_plane.kwok)):
+        if not present:
+            _unavailable(ControlPlaneUnavailable(how_to_build(name)))
+    return control_plane
+
+
+def _manager(plane: ControlPlane, name: str) -> Controller:
+    try:
+        return plane.controller(name)
+    except ControlPlaneUnavailable as exc:
+        _unavailable(exc)
+        raise
+
+
+@pytest.fixture
+def jobset(kube_stack: ControlPlane) -> Controller:
+    """The real JobSet manager (its webhooks on), started on first use for the rest of the session."""
+    return _manager(kube_stack, "jobset")
+
+
+@pytest.fixture
+def kueue(kube_stack: ControlPlane) -> Controller:
+    """The real Kueue manager (with JobSet and Trainer when built), started on first use."""
+    return _manager(kube_stack, "kueue")
+
+
+@pytest.fixture
+def trainer(kube_stack: ControlPlane) -> Controller:
+    """The real Trainer manager (with JobSet), started on first use."""
+    return _manager(kube_stack, "trainer")

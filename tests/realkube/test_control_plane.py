@@ -85,6 +85,7 @@ def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control
     cluster = Cluster(control_plane, nodes=2)
     try:
         alive, dead = cluster.node_names
+        assert cluster.kubelets is not None
         cluster.kubelets.silent.add(dead)
 
         def unreachable(name: str) -> bool:
