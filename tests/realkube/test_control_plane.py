@@ -111,7 +111,8 @@ def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control
 
 @pytest.mark.slow
 def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
-    """Started and stopped on its own: every process has exited and its directory is gone."""
+    """Started and stopped on its own (with kube-scheduler, KWOK and the JobSet manager when they are built):
+    every process has exited and its directory is gone."""
     try:
         binaries = find_binaries()
     except ControlPlaneUnavailable as exc:
@@ -119,9 +120,11 @@ def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
             pytest.fail(str(exc))
         pytest.skip(str(exc))
     plane = ControlPlane(binaries, controllers=("job-controller",)).start()
+    if "jobset" in plane.stack:
+        plane.controller("jobset")
     pids = [process.popen.pid for process in plane.processes]
     root = plane.root
-    assert len(pids) == 3 and root.exists()
+    assert len(pids) == 3 + plane.scheduler + plane.kwok + ("jobset" in plane.stack) and root.exists()
 
     plane.stop()
 

@@ -245,11 +245,17 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def spawn(self, name: str, argv: list[str]) -> _Process:
+    def spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> _Process:
+        """``argv`` in its own process group, its output in ``<root>/<name>.log``; ``env`` added to ours."""
         log_path = self.root / f"{name}.log"
         log_file = log_path.open("ab")
         popen = subprocess.Popen(
-            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
         process = _Process(name, popen, log_path, log_file)
         self.processes.append(process)
@@ -343,8 +349,6 @@ class ControlPlane:
             [
                 str(self.stack["kube-scheduler"]),
                 f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
@@ -355,9 +359,22 @@ class ControlPlane:
 
     def _start_kwok(self) -> None:
         config = self.root / "kwok.yaml"
-        config.write_text(kwok_config(self.stack["kwok"].parent / "stage", free_port()))
+        port = free_port()
+        config.write_text(kwok_config(self.stack["kwok"].parent / "stage", port))
         kubeconfig = self.write_kubeconfig(self.root / "kwok.kubeconfig")
         self.spawn("kwok", [str(self.stack["kwok"]), f"--kubeconfig={kubeconfig}", f"--config={config}"])
+        # Up once its server answers (its controllers start before it); a bad configuration ends it first.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self.check_running()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
+                    return
+            except urllib.error.HTTPError:
+                return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        raise RuntimeError(f"kwok not serving after {START_TIMEOUT_S} s")
 
     def _wait_ready(self) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))

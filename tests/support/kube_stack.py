@@ -160,6 +160,11 @@ def kwok_config(stage_dir: Path, server_port: int) -> str:
         "options": {
             "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION}=fake",
             "nodeLeaseDurationSeconds": KWOK_LEASE_S,
+            # The defaults, which a configuration file does not get: zero stops the controllers.
+            "nodeLeaseParallelism": 4,
+            "nodePlayStageParallelism": 4,
+            "podPlayStageParallelism": 4,
+            "podsOnNodeSyncParallelism": 4,
             "serverAddress": f"127.0.0.1:{server_port}",
         },
     }
@@ -220,6 +225,7 @@ class Controller:
     webhook_port: int = 0
     probe_port: int = 0
     webhook_configs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+    placed: Path | None = None  # a file outside the plane's directory made for Trainer, removed at stop
 
     @property
     def name(self) -> str:
@@ -262,13 +268,17 @@ class Controller:
                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
                 }
             )
-        certs = self.plane.root / f"{self.name}-certs"
-        certs.mkdir(exist_ok=True)
         cert, key = self.plane.ca.issue(f"{self.name}-webhook", server=True)
+        env: dict[str, str] = {}
+        if self.name == "trainer":
+            certs, env = self._trainer_certs(applier, cert)
+        else:
+            certs = self.plane.root / f"{self.name}-certs"
+        certs.mkdir(parents=True, exist_ok=True)
         (certs / "tls.crt").write_bytes(cert)
         (certs / "tls.key").write_bytes(key)
         kubeconfig = self.plane.write_kubeconfig(self.plane.root / f"{self.name}.kubeconfig", user=user)
-        self.plane.spawn(self.name, self._argv(kubeconfig, certs))
+        self.plane.spawn(self.name, self._argv(kubeconfig, certs), env=env)
         self._wait_ready()
         for rendered in kustomize(self.home / self.kind.webhooks):
             if not rendered["kind"].endswith("WebhookConfiguration"):
@@ -284,6 +294,33 @@ class Controller:
         log.info("controller_started", name=self.name, webhook_port=self.webhook_port)
         return self
 
+    def _trainer_certs(self, applier: Any, cert: bytes) -> tuple[Path, dict[str, str]]:
+        """Trainer has no setting for its certificates: its rotator (open-policy-agent/cert-controller)
+        always mints its own CA and a certificate for ``<service>.<namespace>.svc`` into a Secret, waits
+        for the kubelet to mount that Secret at a fixed ``/tmp/k8s-webhook-server/serving-certs`` (it
+        checks that ``tls.crt`` exists there) and injects its CA into ``validator.trainer.kubeflow.org``.
+        Here: the Secret it wants exists (empty, in ``kubeflow-system``) so that the rotator runs; the
+        webhook server, which reads ``$TMPDIR/k8s-webhook-server/serving-certs``, gets ``TMPDIR`` in the
+        plane's directory and serves the test CA's certificate from there; the webhook configuration is
+        applied under another name (the rotator's CA would not verify that certificate). The fixed path
+        gets a ``tls.crt`` when it has none (the rotator only checks that it is there)."""
+        ensure = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}}
+        applier.apply(ensure)
+        applier.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "kubeflow-trainer-webhook-cert", "namespace": "kubeflow-system"},
+            }
+        )
+        fixed = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")  # Trainer's constant
+        if not fixed.exists():
+            fixed.parent.mkdir(parents=True, exist_ok=True)
+            fixed.write_bytes(cert)
+            self.placed = fixed
+        tmp = self.plane.root / "trainer-tmp"
+        return tmp / "k8s-webhook-server" / "serving-certs", {"TMPDIR": str(tmp)}
+
     def stop(self) -> None:
         """Its webhook configurations go first, so that nothing calls a manager that is gone."""
         admission = client.AdmissionregistrationV1Api(self.plane.api_client())
@@ -294,13 +331,15 @@ class Controller:
                 else:
                     admission.delete_validating_webhook_configuration(name)
         admission.api_client.close()
+        if self.placed is not None:
+            self.placed.unlink(missing_ok=True)
 
     # --- configuration -----------------------------------------------------------------------------------
 
     def _argv(self, kubeconfig: Path, certs: Path) -> list[str]:
         if self.name == "trainer":
-            # Trainer has no configuration file and always runs its own certificate rotator (see
-            # docs/testing.md): its webhooks are left out, its controllers run.
+            # No configuration file: flags (the webhook server listens on every interface, Trainer has no
+            # flag for its host; the API server calls it on loopback).
             return [
                 str(self.binary),
                 f"--kubeconfig={kubeconfig}",
