@@ -458,3 +458,23 @@ def test_a_restart_counts_for_the_same_fault_only_within_the_window() -> None:
     assert requeued_within(job("yesterday-ish"), now, 600) is None
     assert requeued_within(job(None), now, 600) is None
     assert requeued_within(job(recent), now, 0) is None
+
+
+def test_a_jobset_template_stored_with_an_empty_condition_status_still_matches_disruption_target() -> None:
+    """The real JobSet API stores a Job template's ``onPodConditions`` pattern with ``status: ""`` when the
+    user left it out (its CRD keeps the Go zero value; the Job API defaults it to "True" only once the Job is
+    made, kube-apiserver 1.37 with JobSet v0.12.0, found by tests/realkube/test_runbook_jobset.py): the rule
+    still matches DisruptionTarget, so the JobSet's own failure policy restarts it and we write nothing."""
+    empty_status = {
+        "podFailurePolicy": {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": ""}]}]
+        }
+    }
+    restart = {
+        "rules": [
+            {"action": "RestartJobSetAndIgnoreMaxRestarts", "onJobFailureReasons": ["PodFailurePolicy"]}
+        ]
+    }
+    decision = decide(jobset_chain(jobset(empty_status, restart)), AUTO)
+    assert decision.action is RequeueAction.NONE, decision.reason
+    assert decide(OwnerChain(pod(None), (batch_job(empty_status),)), AUTO).action is RequeueAction.NONE

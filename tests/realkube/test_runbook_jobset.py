@@ -48,7 +48,9 @@ def jobset_body(name: str, *, failure_policy: bool) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "parallelism": 1,
         "completions": 1,
-        "backoffLimit": 0,
+        # Without a policy the eviction counts against the Job's backoff: with 0 the Job, and with it the
+        # JobSet, would fail at once (the real JobSet fails on a failed Job when it has no failurePolicy).
+        "backoffLimit": 0 if failure_policy else 3,
         "template": {
             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
         },
@@ -120,7 +122,9 @@ def test_xid_79_under_a_jobset_the_real_jobset_manager_restarts_it_on_healthy_no
 
     news = drain_results(world.finish_drain(bad))
     assert [(kind, ok) for kind, ok, _ in news] == [("Drain", True), ("Requeue", True)], news
-    assert "left-to-workload" in news[1][2], news
+    # The real JobSet manager often restarts (deleting the child Jobs) before the requeue reads the evicted
+    # pod's owners; then there is no owner left to decide about. Either way nothing is written to it.
+    assert "left-to-workload" in news[1][2] or news[1][2] == "requeue: no job to requeue", news
 
     def running_again() -> bool:
         pods = cluster.running(**labels)
@@ -130,6 +134,7 @@ def test_xid_79_under_a_jobset_the_real_jobset_manager_restarts_it_on_healthy_no
     elapsed = time.monotonic() - fault
     record_property("fault_to_running_s", round(elapsed, 2))
     print(f"fault_to_running_s={elapsed:.2f} (JobSet, failure policy)")
+    time.sleep(2)  # long enough for a second restart to show, if the manager were to make one
 
     assert all(p["spec"]["nodeName"] != bad for p in cluster.running(**labels))
     assert world.placements.on(bad, since=fault) == [], "a pod was placed on the tainted node"

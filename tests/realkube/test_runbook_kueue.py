@@ -285,13 +285,15 @@ def test_a_kueue_jobset_with_a_failure_policy_restarts_itself_once_off_the_taint
     stack.break_node(bad)
     news = drain_results(stack.finish_drain(bad))
     assert [(kind, ok) for kind, ok, _ in news] == [("Drain", True), ("Requeue", True)], news
-    assert "left-to-workload" in news[1][2], news
+    # As without Kueue: the JobSet may have restarted (its Jobs gone) before the requeue reads the owners.
+    assert "left-to-workload" in news[1][2] or news[1][2] == "requeue: no job to requeue", news
 
     def running_again() -> bool:
         pods = cluster.running(**labels)
         return len(pods) == 4 and not uids(before) & uids(pods)
 
     assert wait_until(running_again, timeout=STACK_WAIT_S), "the JobSet never ran again on 4 new pods"
+    time.sleep(2)  # long enough for a second restart to show
     elapsed = time.monotonic() - fault
     record_property("fault_to_running_s", round(elapsed, 2))
     print(f"fault_to_running_s={elapsed:.2f} (Kueue JobSet, failure policy)")

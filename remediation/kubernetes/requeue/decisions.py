@@ -281,7 +281,9 @@ def job_rule_on_disruption(job_spec: Mapping[str, Any]) -> str | None:
     policy = job_spec.get("podFailurePolicy") or {}
     for rule in policy.get("rules") or []:
         for pattern in rule.get("onPodConditions") or []:
-            if pattern.get("type") == DISRUPTION_TARGET and pattern.get("status", "True") == "True":
+            # An absent or empty status means "True": the Job API defaults it, and a JobSet stores its Job
+            # templates with the empty Go zero value before any Job exists.
+            if pattern.get("type") == DISRUPTION_TARGET and (pattern.get("status") or "True") == "True":
                 return str(rule.get("action"))
     return None
 
