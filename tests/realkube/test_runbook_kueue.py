@@ -216,7 +216,7 @@ def test_a_kueue_job_without_a_policy_is_requeued_once_by_the_workload_active_to
     assert incident is not None
     news = drain_results(stack.finish_drain(bad))
     assert [(kind, ok) for kind, ok, _ in news] == [("Drain", True), ("Requeue", True)], news
-    assert "requeued (active-toggle)" in news[1][2], news
+    assert "requeued (workload-active-toggle)" in news[1][2], news
 
     def running_again() -> bool:
         pods = cluster.running(**labels)

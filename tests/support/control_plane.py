@@ -45,11 +45,21 @@ from kube_stack import (
     KINDS,
     START_ORDER,
     Controller,
+    ControlPlaneUnavailable,
     find_stack,
     how_to_build,
     kwok_config,
 )
 from kubernetes import client
+
+__all__ = [
+    "NODE_MONITOR_GRACE_S",
+    "Binaries",
+    "ControlPlane",
+    "ControlPlaneUnavailable",
+    "find_binaries",
+    "free_port",
+]
 
 log = structlog.get_logger("control_plane")
 
@@ -81,10 +91,6 @@ CONTROLLERS = (
 )
 NODE_MONITOR_GRACE_S = 25
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
-
-class ControlPlaneUnavailable(RuntimeError):
-    """The binaries are not built (or not found)."""
 
 
 @dataclass(frozen=True)

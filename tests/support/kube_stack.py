@@ -15,7 +15,8 @@ in the Go module cache. :func:`find_stack` asks the script (``--check``, which n
   it). The module's ``pod-complete`` is left out: a training job's pods must keep running.
 - :class:`Controller` runs one manager (``jobset``, ``kueue``, ``trainer``) on demand: its CRDs and its
   webhook configurations rendered from the module's own kustomizations by ``kubectl kustomize``, its
-  ClusterRole from the module's ``role.yaml`` bound to a client certificate of its own, its default
+  roles and bindings from the module's RBAC kustomization given to a client certificate of its own (instead
+  of its ServiceAccount), its default
   configuration from the module with the loopback addresses, ports and certificate directory of the test.
   The webhooks run for real: served with a certificate from the test CA, reached by the API server through
   ``clientConfig.url`` on loopback (also the CRDs' conversion webhooks), each webhook limited to namespaces
@@ -45,6 +46,11 @@ from kubernetes import client
 
 if TYPE_CHECKING:
     from control_plane import ControlPlane
+
+
+class ControlPlaneUnavailable(RuntimeError):
+    """A component is not built, or cannot run here."""
+
 
 log = structlog.get_logger("kube_stack")
 
@@ -193,18 +199,20 @@ class ControllerKind:
     name: str
     crds: str  # a kustomization
     webhooks: str  # a kustomization
-    role: str  # the controller-gen ClusterRole
+    rbac: str  # a kustomization: the manager's roles and their bindings
+    namespace: str  # where the manager's namespaced roles (and Secrets, if any) live
     extra: tuple[str, ...] = ()  # more kustomizations applied after the manager is up (e.g. runtimes)
 
 
 KINDS = {
-    "jobset": ControllerKind("jobset", "config/crd", "config/webhook", "config/rbac/role.yaml"),
-    "kueue": ControllerKind("kueue", "config/crd", "config/webhook", "config/rbac/role.yaml"),
+    "jobset": ControllerKind("jobset", "config/crd", "config/webhook", "config/rbac", "jobset-system"),
+    "kueue": ControllerKind("kueue", "config/crd", "config/webhook", "config/rbac", "kueue-system"),
     "trainer": ControllerKind(
         "trainer",
         "manifests/crds",
         "manifests/webhook",
-        "manifests/rbac/role.yaml",
+        "manifests/rbac",
+        "kubeflow-system",
         extra=("manifests/runtimes",),
     ),
 }
@@ -225,7 +233,7 @@ class Controller:
     webhook_port: int = 0
     probe_port: int = 0
     webhook_configs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
-    placed: Path | None = None  # a file outside the plane's directory made for Trainer, removed at stop
+    placed: list[Path] = field(default_factory=list)  # files made outside the plane's directory, for stop
 
     @property
     def name(self) -> str:
@@ -252,28 +260,16 @@ class Controller:
             applier.apply(crd)
         self._wait_established([crd["metadata"]["name"] for crd in crds])
         user = f"gpuhealth:{self.name}-controller-manager"
-        for role in load_yaml(self.home / self.kind.role):
-            role["metadata"]["name"] = f"gpuhealth:{self.name}:{role['metadata']['name']}"
-            applier.apply(role)
-            applier.apply(
-                {
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "ClusterRoleBinding",
-                    "metadata": {"name": role["metadata"]["name"]},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": role["metadata"]["name"],
-                    },
-                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-                }
-            )
+        for obj in self._rbac(user):
+            applier.apply(obj)
         cert, key = self.plane.ca.issue(f"{self.name}-webhook", server=True)
         env: dict[str, str] = {}
         if self.name == "trainer":
             certs, env = self._trainer_certs(applier, cert)
         else:
             certs = self.plane.root / f"{self.name}-certs"
+        if self.name == "kueue":
+            self._kueue_metrics_certs(cert, key)
         certs.mkdir(parents=True, exist_ok=True)
         (certs / "tls.crt").write_bytes(cert)
         (certs / "tls.key").write_bytes(key)
@@ -294,6 +290,22 @@ class Controller:
         log.info("controller_started", name=self.name, webhook_port=self.webhook_port)
         return self
 
+    def _kueue_metrics_certs(self, cert: bytes, key: bytes) -> None:
+        """Kueue with its internal certificate management off reads a metrics certificate from a fixed
+        ``/etc/kueue/metrics/certs`` at start (even with metrics off) and exits without one; with it on,
+        its rotator's certificate names only the Service's DNS name, which a loopback URL cannot use. So the
+        fixed directory gets the test CA's certificate when it has none (removed again at stop)."""
+        fixed = Path("/etc/kueue/metrics/certs")
+        if (fixed / "tls.crt").exists():
+            return
+        try:
+            fixed.mkdir(parents=True, exist_ok=True)
+            (fixed / "tls.key").write_bytes(key)
+            (fixed / "tls.crt").write_bytes(cert)
+        except OSError as exc:
+            raise ControlPlaneUnavailable(f"kueue needs {fixed} (writable only by root here): {exc}") from exc
+        self.placed.extend([fixed / "tls.crt", fixed / "tls.key"])
+
     def _trainer_certs(self, applier: Any, cert: bytes) -> tuple[Path, dict[str, str]]:
         """Trainer has no setting for its certificates: its rotator (open-policy-agent/cert-controller)
         always mints its own CA and a certificate for ``<service>.<namespace>.svc`` into a Secret, waits
@@ -304,8 +316,6 @@ class Controller:
         plane's directory and serves the test CA's certificate from there; the webhook configuration is
         applied under another name (the rotator's CA would not verify that certificate). The fixed path
         gets a ``tls.crt`` when it has none (the rotator only checks that it is there)."""
-        ensure = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}}
-        applier.apply(ensure)
         applier.apply(
             {
                 "apiVersion": "v1",
@@ -317,7 +327,7 @@ class Controller:
         if not fixed.exists():
             fixed.parent.mkdir(parents=True, exist_ok=True)
             fixed.write_bytes(cert)
-            self.placed = fixed
+            self.placed.append(fixed)
         tmp = self.plane.root / "trainer-tmp"
         return tmp / "k8s-webhook-server" / "serving-certs", {"TMPDIR": str(tmp)}
 
@@ -331,8 +341,29 @@ class Controller:
                 else:
                     admission.delete_validating_webhook_configuration(name)
         admission.api_client.close()
-        if self.placed is not None:
-            self.placed.unlink(missing_ok=True)
+        for path in self.placed:
+            path.unlink(missing_ok=True)
+
+    def _rbac(self, user: str) -> list[dict[str, Any]]:
+        """The module's RBAC kustomization for the manager's ServiceAccount, given to ``user`` instead: its
+        Roles and ClusterRoles (names prefixed, the ``system`` namespace made the manager's own) and their
+        bindings, whose ServiceAccount subjects become ``user``."""
+        prefix = f"gpuhealth-{self.name}-"
+        objects: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.kind.namespace}}
+        ]
+        for obj in kustomize(self.home / self.kind.rbac):
+            kind = obj["kind"]
+            if kind not in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
+                continue  # the ServiceAccount: the manager runs with a client certificate here
+            obj["metadata"]["name"] = prefix + obj["metadata"]["name"]
+            if kind in ("Role", "RoleBinding"):
+                obj["metadata"]["namespace"] = self.kind.namespace
+            if kind.endswith("Binding"):
+                obj["roleRef"]["name"] = prefix + obj["roleRef"]["name"]
+                obj["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            objects.append(obj)
+        return objects
 
     # --- configuration -----------------------------------------------------------------------------------
 
@@ -360,6 +391,10 @@ class Controller:
         path.write_text(yaml.safe_dump(config))
         argv = [str(self.binary), f"--kubeconfig={kubeconfig}", f"--config={path}"]
         if self.name == "kueue":
+            # Only the frameworks whose CRDs this cluster has (the others' watches would never sync).
+            config["integrations"] = {
+                "frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"]
+            }
             # The visibility API server would listen on a fixed port on every interface.
             argv.append("--feature-gates=VisibilityOnDemand=false")
         return argv
