@@ -299,12 +299,19 @@ class Controller:
         if (fixed / "tls.crt").exists():
             return
         try:
-            fixed.mkdir(parents=True, exist_ok=True)
+            self._make_dirs(fixed)
             (fixed / "tls.key").write_bytes(key)
             (fixed / "tls.crt").write_bytes(cert)
         except OSError as exc:
             raise ControlPlaneUnavailable(f"kueue needs {fixed} (writable only by root here): {exc}") from exc
         self.placed.extend([fixed / "tls.crt", fixed / "tls.key"])
+
+    def _make_dirs(self, directory: Path) -> None:
+        """``directory`` and its missing parents, each remembered for :meth:`stop` to remove if empty."""
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        for made in reversed(missing):
+            made.mkdir()
+            self.placed.append(made)
 
     def _trainer_certs(self, applier: Any, cert: bytes) -> tuple[Path, dict[str, str]]:
         """Trainer has no setting for its certificates: its rotator (open-policy-agent/cert-controller)
@@ -325,7 +332,7 @@ class Controller:
         )
         fixed = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")  # Trainer's constant
         if not fixed.exists():
-            fixed.parent.mkdir(parents=True, exist_ok=True)
+            self._make_dirs(fixed.parent)
             fixed.write_bytes(cert)
             self.placed.append(fixed)
         tmp = self.plane.root / "trainer-tmp"
@@ -341,8 +348,9 @@ class Controller:
                 else:
                     admission.delete_validating_webhook_configuration(name)
         admission.api_client.close()
-        for path in self.placed:
-            path.unlink(missing_ok=True)
+        for path in reversed(self.placed):  # files before the directories that hold them
+            with contextlib.suppress(OSError):  # a directory someone else has put files in stays
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
 
     def _rbac(self, user: str) -> list[dict[str, Any]]:
         """The module's RBAC kustomization for the manager's ServiceAccount, given to ``user`` instead: its
