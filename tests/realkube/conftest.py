@@ -34,9 +34,10 @@ def control_plane() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture
-def cluster(control_plane: ControlPlane) -> Iterator[Cluster]:
-    """Two GPU nodes of this test (fake kubelets) and a namespace, on the shared control plane."""
-    made = Cluster(control_plane, nodes=2)
+def cluster(kube_stack: ControlPlane) -> Iterator[Cluster]:
+    """Two KWOK GPU nodes of this test and a namespace, on the shared control plane (pods placed by
+    kube-scheduler)."""
+    made = Cluster(kube_stack, nodes=2)
     yield made
     made.close()
 
@@ -70,7 +71,7 @@ def _unavailable(exc: ControlPlaneUnavailable) -> None:
     pytest.skip(str(exc))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def kube_stack(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with kube-scheduler and KWOK (skips, or fails in CI, when they are not built)."""
     for name, present in (("kube-scheduler", control_plane.scheduler), ("kwok", control_plane.kwok)):

@@ -1,7 +1,7 @@
 """Per-test clusters on the shared real control plane (``control_plane.py``), and an agent rig for them.
 
 The control plane is started once per test process; each test gets a :class:`Cluster` of its own: nodes
-with names no other test uses (run by KWOK when asked, ``kwok=True``; else registered and kept alive by
+with names no other test uses (run by KWOK; with ``kwok=False`` registered and kept alive by
 ``fake_kubelet.FakeKubelets``), its own namespace, and an admin client. :class:`RealGpuNode` is ``scenario_rig.GpuNode`` for the real API server:
 the same ``build_agent`` wiring, fake NVML, manual clock for the agent's debounce and the executor's retry
 sleeps, but every read of the node goes through the API server.
@@ -49,11 +49,13 @@ class Cluster:
         *,
         nodes: int = 2,
         gpus: int = 8,
-        kwok: bool = False,
+        kwok: bool = True,
         namespace_labels: dict[str, str] | None = None,
     ) -> None:
-        """``kwok``: KWOK runs the nodes (:class:`ControlPlaneUnavailable` when it is not built); else fake
-        kubelets do. ``namespace_labels``: e.g. a manager's ``Controller.namespace_label``."""
+        """``kwok``: KWOK runs the nodes (:class:`ControlPlaneUnavailable` when it is not built); with False
+        hand-written kubelets do (``fake_kubelet``: for tests of a kubelet's identity or silence).
+        ``namespace_labels``: e.g. a manager's ``Controller.namespace_label``. Pods are placed by
+        kube-scheduler (the ``kube_stack`` fixture skips without it)."""
         if kwok and not plane.kwok:
             raise ControlPlaneUnavailable(how_to_build("kwok"))
         self.plane = plane
@@ -70,9 +72,7 @@ class Cluster:
             for name in self.node_names:
                 self._kwok_node(name, gpus)
         else:
-            # With kube-scheduler running, nobody else binds pods.
-            binder = [] if plane.scheduler else [self.namespace]
-            self.kubelets = FakeKubelets(plane, self.node_names, namespaces=binder, gpus=gpus).start()
+            self.kubelets = FakeKubelets(plane, self.node_names, gpus=gpus).start()
         # A node is created with node.kubernetes.io/not-ready:NoSchedule (TaintNodesByCondition); the node
         # lifecycle controller removes it once it sees Ready=True. Tests start from nodes without it.
         assert wait_until(self._untainted), "the node lifecycle controller never took the not-ready taint off"
