@@ -8,7 +8,7 @@ skip with one line saying how to build them, except in CI (``CI`` set), where th
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,9 +80,9 @@ def kube_stack(control_plane: ControlPlane) -> ControlPlane:
     return control_plane
 
 
-def _manager(plane: ControlPlane, name: str) -> Controller:
+def _manager(plane: ControlPlane, name: str, feature_gates: dict[str, bool] | None = None) -> Controller:
     try:
-        return plane.controller(name)
+        return plane.controller(name, feature_gates=feature_gates)
     except ControlPlaneUnavailable as exc:
         _unavailable(exc)
         raise
@@ -96,8 +96,15 @@ def jobset(kube_stack: ControlPlane) -> Controller:
 
 @pytest.fixture
 def kueue(kube_stack: ControlPlane) -> Controller:
-    """The real Kueue manager (with JobSet and Trainer when built), started on first use."""
-    return _manager(kube_stack, "kueue")
+    """The real Kueue manager (with JobSet and Trainer when built), started on first use, with its default
+    feature gates (restarted with them if a test changed them)."""
+    return _manager(kube_stack, "kueue", {})
+
+
+@pytest.fixture
+def kueue_with(kube_stack: ControlPlane) -> Callable[[dict[str, bool]], Controller]:
+    """Kueue with the given feature gates (restarted when it runs with others)."""
+    return lambda gates: _manager(kube_stack, "kueue", gates)
 
 
 @pytest.fixture

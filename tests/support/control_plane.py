@@ -215,10 +215,11 @@ class ControlPlane:
         """KWOK runs the nodes annotated ``kwok.x-k8s.io/node=fake``."""
         return "kwok" in self.stack
 
-    def controller(self, name: str, **options: Any) -> Controller:
+    def controller(self, name: str, *, feature_gates: dict[str, bool] | None = None) -> Controller:
         """The JobSet, Kueue or Trainer manager, started on first use (with the ones it works with that are
         built: Trainer makes JobSets, Kueue integrates with both); :class:`ControlPlaneUnavailable` when it
-        is not built. ``options`` are top-level fields of its configuration file (first start only)."""
+        is not built. ``feature_gates`` (``--feature-gates``): a running manager with other gates is
+        restarted with these (``None``: whatever it runs with, its defaults when it starts)."""
         if name not in self.stack:
             raise ControlPlaneUnavailable(how_to_build(name))
         if name not in self.managers:
@@ -227,11 +228,19 @@ class ControlPlane:
                 wanted |= {"trainer"}
             for each in START_ORDER:
                 if each in wanted and each in self.stack and each not in self.managers:
-                    made = Controller(
-                        self, KINDS[each], self.stack[each], options=options if each == name else {}
-                    )
+                    gates = dict(feature_gates or {}) if each == name else {}
+                    made = Controller(self, KINDS[each], self.stack[each], feature_gates=gates)
                     self.managers[each] = made.start()
-        return self.managers[name]
+        manager = self.managers[name]
+        if feature_gates is not None and feature_gates != manager.feature_gates:
+            manager.restart(feature_gates)
+        return manager
+
+    def end(self, name: str) -> None:
+        """Stop the process ``name`` (SIGTERM to its group) and forget it."""
+        for process in [p for p in self.processes if p.name == name]:
+            process.stop()
+            self.processes.remove(process)
 
     def stop(self) -> None:
         """The managers, scheduler and KWOK, controller manager, API server, etcd, in that order; then the

@@ -229,11 +229,12 @@ class Controller:
     plane: ControlPlane
     kind: ControllerKind
     binary: Path
-    options: dict[str, Any] = field(default_factory=dict)
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     webhook_port: int = 0
     probe_port: int = 0
     webhook_configs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
     placed: list[Path] = field(default_factory=list)  # files made outside the plane's directory, for stop
+    _launch: tuple[list[str], dict[str, str]] = field(default_factory=lambda: ([], {}))  # for restart
 
     @property
     def name(self) -> str:
@@ -274,7 +275,8 @@ class Controller:
         (certs / "tls.crt").write_bytes(cert)
         (certs / "tls.key").write_bytes(key)
         kubeconfig = self.plane.write_kubeconfig(self.plane.root / f"{self.name}.kubeconfig", user=user)
-        self.plane.spawn(self.name, self._argv(kubeconfig, certs), env=env)
+        self._launch = (self._argv(kubeconfig, certs), env)
+        self.plane.spawn(self.name, self._launch[0], env=env)
         self._wait_ready()
         for rendered in kustomize(self.home / self.kind.webhooks):
             if not rendered["kind"].endswith("WebhookConfiguration"):
@@ -338,6 +340,25 @@ class Controller:
         tmp = self.plane.root / "trainer-tmp"
         return tmp / "k8s-webhook-server" / "serving-certs", {"TMPDIR": str(tmp)}
 
+    def restart(self, feature_gates: dict[str, bool]) -> None:
+        """The same manager (ports, certificates, configuration) started again with ``feature_gates``."""
+        argv, env = self._launch
+        argv = [a for a in argv if not a.startswith("--feature-gates=")]
+        self.feature_gates = dict(feature_gates)
+        self.plane.end(self.name)
+        self.plane.spawn(self.name, [*argv, *self._gates_flag()], env=env)
+        self._wait_ready()
+        log.info("controller_restarted", name=self.name, feature_gates=self.feature_gates)
+
+    def _gates_flag(self) -> list[str]:
+        gates = dict(self.feature_gates)
+        if self.name == "kueue":
+            # The visibility API server would listen on a fixed port on every interface.
+            gates.setdefault("VisibilityOnDemand", False)
+        if not gates:
+            return []
+        return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))]
+
     def stop(self) -> None:
         """Its webhook configurations go first, so that nothing calls a manager that is gone."""
         admission = client.AdmissionregistrationV1Api(self.plane.api_client())
@@ -393,8 +414,6 @@ class Controller:
         config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{self.probe_port}"}
         config["metrics"] = {"bindAddress": "0"}
         config["webhook"] = {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)}
-        for key, value in self.options.items():
-            config[key] = value
         path = self.plane.root / f"{self.name}-config.yaml"
         path.write_text(yaml.safe_dump(config))
         argv = [str(self.binary), f"--kubeconfig={kubeconfig}", f"--config={path}"]
@@ -403,9 +422,7 @@ class Controller:
             config["integrations"] = {
                 "frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"]
             }
-            # The visibility API server would listen on a fixed port on every interface.
-            argv.append("--feature-gates=VisibilityOnDemand=false")
-        return argv
+        return [*argv, *self._gates_flag()]
 
     def _url_clients(self, obj: dict[str, Any]) -> dict[str, Any]:
         """The module's ``clientConfig.service`` turned into a loopback URL with the test CA; each admission
