@@ -652,7 +652,8 @@ def suspension_observed(obj: Mapping[str, Any]) -> bool:
 
 
 def deactivation_observed(workload: Mapping[str, Any]) -> bool:
-    """Kueue reports an inactive Workload as ``Evicted`` (reason InactiveWorkload) and drops its quota."""
+    """Kueue reports an inactive Workload as ``Evicted`` (reason ``Deactivated`` in 0.17,
+    ``InactiveWorkload`` before) and drops its quota."""
     return condition_true(workload, "Evicted") or not condition_true(workload, "QuotaReserved")
 
 
