@@ -506,3 +506,19 @@ def test_a_kueue_job_placed_by_topology_aware_scheduling_is_requeued_even_when_i
     assert decision.action is ACTIVE, decision.reason
     assert "topology" in decision.reason
     assert decide(kueue_job_chain(pfp("Ignore")), AUTO).action is NONE
+
+
+def test_a_jobset_whose_job_allows_no_failure_follows_its_failure_policy_on_backoff_limit_exceeded() -> None:
+    """A counted eviction fails a Job whose ``backoffLimit`` is 0 (reason BackoffLimitExceeded), so the JobSet
+    meets its failure policy: with none it fails (the real JobSet v0.12.0 does; a suspend toggle then finds
+    a finished JobSet and restarts nothing), so we write nothing; a rule restarting on BackoffLimitExceeded
+    restarts it; the default backoff (6) only replaces the pod, so the JobSet still needs our toggle."""
+    no_budget = {"backoffLimit": 0}
+    assert decide(jobset_chain(jobset(no_budget)), AUTO).action is NONE
+    restart = {
+        "maxRestarts": 2,
+        "rules": [{"action": "RestartJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]}],
+    }
+    assert decide(jobset_chain(jobset(no_budget, restart)), AUTO).action is NONE
+    assert "restarts" in decide(jobset_chain(jobset(no_budget, restart)), AUTO).reason
+    assert decide(jobset_chain(jobset({"backoffLimit": 3})), AUTO).action is SUSPEND

@@ -134,13 +134,16 @@ def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
             pytest.fail(str(exc))
         pytest.skip(str(exc))
     plane = ControlPlane(binaries, controllers=("job-controller",)).start()
-    if "jobset" in plane.stack:
-        plane.controller("jobset")
-    pids = [process.popen.pid for process in plane.processes]
-    root = plane.root
-    assert len(pids) == 3 + plane.scheduler + plane.kwok + ("jobset" in plane.stack) and root.exists()
+    try:  # stopped whatever happens: a failing assertion must not leave the processes behind
+        if "jobset" in plane.stack:
+            plane.controller("jobset")
+        pids = [process.popen.pid for process in plane.processes]
+        root = plane.root
+        expected = 3 + plane.scheduler + plane.kwok + ("jobset" in plane.stack)
+    finally:
+        plane.stop()
 
-    plane.stop()
+    assert len(pids) == expected
 
     assert not root.exists()
     for pid in pids:

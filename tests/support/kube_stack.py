@@ -346,6 +346,8 @@ class Controller:
         argv = [a for a in argv if not a.startswith("--feature-gates=")]
         self.feature_gates = dict(feature_gates)
         self.plane.end(self.name)
+        if self.name == "kueue":  # another test process may have removed the one it found there
+            self._kueue_metrics_certs(*self.plane.ca.issue("kueue-metrics", server=True))
         self.plane.spawn(self.name, [*argv, *self._gates_flag()], env=env)
         self._wait_ready()
         log.info("controller_restarted", name=self.name, feature_gates=self.feature_gates)

@@ -317,17 +317,25 @@ def _first_matching_rule(
 def jobset_reaction(jobset: Mapping[str, Any], replicated_job: str | None) -> Reaction:
     """Whether the JobSet restarts itself when one of its pods is evicted.
 
-    The child Job fails only if its template's ``podFailurePolicy`` says ``FailJob`` on ``DisruptionTarget``
-    (reason ``PodFailurePolicy``); otherwise it just replaces the pod and the JobSet never hears of it. A
+    The child Job fails if its template's ``podFailurePolicy`` says ``FailJob`` on ``DisruptionTarget``
+    (reason ``PodFailurePolicy``), or if the eviction is counted and its ``backoffLimit`` is 0 (reason
+    ``BackoffLimitExceeded``); otherwise it just replaces the pod and the JobSet never hears of it. A
     failed child Job meets ``failurePolicy``: the first rule matching the reason and replicated job decides,
     and with no matching rule the default is ``RestartJobSet``. ``RestartJobSet`` restarts only while
     ``status.restarts < maxRestarts``; ``RestartJobSetAndIgnoreMaxRestarts`` always; ``FailJobSet`` fails.
     """
     template_spec = ((_replicated_job(jobset, replicated_job).get("template") or {}).get("spec")) or {}
-    if job_rule_on_disruption(template_spec) != "FailJob":
+    job_rule = job_rule_on_disruption(template_spec)
+    if job_rule == "FailJob":
+        reason = "PodFailurePolicy"
+    elif job_rule in (None, "Count") and int(template_spec.get("backoffLimit", DEFAULT_BACKOFF)) == 0:
+        # The eviction counts against a backoff that allows none: the Job fails (seen on the real JobSet
+        # v0.12.0, whose JobSet then fails too when it has no failure policy).
+        reason = "BackoffLimitExceeded"
+    else:
         return Reaction.NOTHING
     failure_policy = (jobset.get("spec") or {}).get("failurePolicy") or {}
-    rule = _first_matching_rule(failure_policy.get("rules") or [], "PodFailurePolicy", replicated_job)
+    rule = _first_matching_rule(failure_policy.get("rules") or [], reason, replicated_job)
     action = str(rule.get("action")) if rule else "RestartJobSet"
     if action == "RestartJobSetAndIgnoreMaxRestarts":
         return Reaction.RESTARTS
@@ -337,6 +345,7 @@ def jobset_reaction(jobset: Mapping[str, Any], replicated_job: str | None) -> Re
     return Reaction.FAILS
 
 
+DEFAULT_BACKOFF = 6  # a batch/v1 Job's default backoffLimit
 VOLCANO_RESTARTS = ("RestartJob", "RestartTask", "RestartPod")
 VOLCANO_ENDS = ("AbortJob", "TerminateJob", "CompleteJob")
 
@@ -652,7 +661,8 @@ def suspension_observed(obj: Mapping[str, Any]) -> bool:
 
 
 def deactivation_observed(workload: Mapping[str, Any]) -> bool:
-    """Kueue reports an inactive Workload as ``Evicted`` (reason InactiveWorkload) and drops its quota."""
+    """Kueue reports an inactive Workload as ``Evicted`` (reason ``Deactivated`` in 0.17,
+    ``InactiveWorkload`` before) and drops its quota."""
     return condition_true(workload, "Evicted") or not condition_true(workload, "QuotaReserved")
 
 

@@ -11,9 +11,12 @@ https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/, https://kueue.sigs.k8s.i
   is admitted when its ``nvidia.com/gpu`` requests fit the ClusterQueue's ``nominalQuota`` of that
   resource (summed over flavors) minus what admitted Workloads use: ``status.admission``, conditions
   ``QuotaReserved`` and ``Admitted``; the job is then unsuspended;
-- ``spec.active: false`` evicts an admitted Workload: ``Evicted`` (reason ``InactiveWorkload``, "The
-  workload is deactivated"), ``Requeued`` False, admission and quota released, job suspended; setting it
-  back to ``true`` marks it ``Requeued`` (``Reactivated``) and it is admitted again when quota allows;
+- ``spec.active: false`` evicts an admitted Workload as Kueue 0.17 does (checked against it by
+  ``tests/realkube/test_differential_workloads.py``): ``Evicted`` True and ``Requeued`` False (reason
+  ``Deactivated``), ``QuotaReserved`` False (``Pending``), ``Admitted`` False (``NoReservation``), one more
+  eviction counted in ``status.schedulingStats.evictions`` (reason ``Deactivated``), admission and quota
+  released, job suspended; setting it back to ``true`` marks it ``Requeued`` (``Reactivated``) and it is
+  admitted again when quota allows (``Evicted`` False, reason ``QuotaReserved``);
 - a finished job (Complete / Failed, or JobSet Completed / Failed) finishes its Workload (``Finished``),
   releasing its quota; a Workload whose job is gone is deleted.
 
@@ -57,7 +60,7 @@ CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
 API_VERSION = "kueue.x-k8s.io/v1beta1"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-DEACTIVATED = "InactiveWorkload"
+DEACTIVATED = "Deactivated"  # "InactiveWorkload" before Kueue 0.1x; 0.17 says Deactivated
 _OWNER_KINDS = {"jobs.batch": ("Job", "batch/v1", "job"), JOBSETS: ("JobSet", JOBSET_API_VERSION, "jobset")}
 
 
@@ -202,13 +205,19 @@ def _create_workload(store: ObjectStore, resource: str, job: KubeObject) -> None
 def _evict(status: dict[str, Any], now: str) -> None:
     status.pop("admission", None)
     message = "The workload is deactivated"
-    for kind, value in (
-        ("Evicted", "True"),
-        ("QuotaReserved", "False"),
-        ("Admitted", "False"),
-        ("Requeued", "False"),
+    for kind, value, reason in (
+        ("Evicted", "True", DEACTIVATED),
+        ("QuotaReserved", "False", "Pending"),
+        ("Admitted", "False", "NoReservation"),
+        ("Requeued", "False", DEACTIVATED),
     ):
-        set_condition(status, {"type": kind, "status": value, "reason": DEACTIVATED, "message": message}, now)
+        set_condition(status, {"type": kind, "status": value, "reason": reason, "message": message}, now)
+    evictions: list[dict[str, Any]] = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+    counted = next((e for e in evictions if e.get("reason") == DEACTIVATED), None)
+    if counted is None:
+        evictions.append({"reason": DEACTIVATED, "underlyingCause": "", "count": 1})
+    else:
+        counted["count"] = int(counted.get("count") or 0) + 1
 
 
 def _requeue_if_deactivated(status: dict[str, Any], now: str) -> None:
@@ -286,4 +295,7 @@ def _admitted_status(store: ObjectStore, workload: KubeObject, cq_name: str) -> 
     )
     admitted = {"type": "Admitted", "status": "True", "reason": "Admitted"}
     set_condition(status, {**admitted, "message": "The workload is admitted"}, now)
+    if _is_true({"status": status}, "Evicted"):
+        readmitted = {"type": "Evicted", "status": "False", "reason": "QuotaReserved"}
+        set_condition(status, {**readmitted, "message": "Previously: The workload is deactivated"}, now)
     return status

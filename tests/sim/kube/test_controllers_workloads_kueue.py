@@ -4,7 +4,7 @@ https://kueue.sigs.k8s.io/docs/concepts/workload/ (a Workload per queued job, `s
 https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/ (nominalQuota), https://kueue.sigs.k8s.io/docs/tasks/run/jobs/
 and https://kueue.sigs.k8s.io/docs/tasks/run/jobsets/ (a job labelled `kueue.x-k8s.io/queue-name`, created
 suspended, is unsuspended on admission), https://kueue.sigs.k8s.io/docs/concepts/workload/#active
-(deactivation evicts with reason InactiveWorkload; reactivation requeues).
+(deactivation evicts with reason Deactivated, as Kueue 0.17 does; reactivation requeues).
 """
 
 from __future__ import annotations
@@ -147,8 +147,10 @@ def test_workload_over_quota_waits_until_quota_is_released(cluster: Cluster) -> 
 
 
 def test_deactivation_evicts_and_suspends_then_reactivation_readmits(cluster: Cluster) -> None:
-    """`spec.active: false` evicts the Workload (Evicted/InactiveWorkload, Requeued False), releases the
-    admission and suspends the job; `true` requeues it (Reactivated) and it is admitted again."""
+    """`spec.active: false` evicts the Workload (Evicted/Deactivated, Requeued False, QuotaReserved
+    False/Pending, Admitted False/NoReservation, one eviction counted), releases the admission and suspends
+    the job; `true` requeues it (Reactivated) and it is admitted again (Evicted False), as real Kueue 0.17
+    does (tests/realkube/test_differential_workloads.py)."""
     cluster.batch.create_namespaced_job("ml", _job("train"))
     assert cluster.sim.settle(10.0)
     name = cluster.workload_of("train")["metadata"]["name"]
@@ -157,9 +159,13 @@ def test_deactivation_evicts_and_suspends_then_reactivation_readmits(cluster: Cl
     )
     cluster.advance(31)
     workload = cluster.workload_of("train")
-    assert _conditions(workload)["Evicted"] == ("True", "InactiveWorkload")
-    assert _conditions(workload)["Requeued"] == ("False", "InactiveWorkload")
-    assert _conditions(workload)["Admitted"][0] == "False"
+    assert _conditions(workload)["Evicted"] == ("True", "Deactivated")
+    assert _conditions(workload)["Requeued"] == ("False", "Deactivated")
+    assert _conditions(workload)["QuotaReserved"] == ("False", "Pending")
+    assert _conditions(workload)["Admitted"] == ("False", "NoReservation")
+    assert workload["status"]["schedulingStats"]["evictions"] == [
+        {"reason": "Deactivated", "underlyingCause": "", "count": 1}
+    ]
     assert "admission" not in workload["status"]
     assert cluster.batch.read_namespaced_job("train", "ml").spec.suspend is True
     assert cluster.live_pods() == []
@@ -170,6 +176,7 @@ def test_deactivation_evicts_and_suspends_then_reactivation_readmits(cluster: Cl
     workload = cluster.workload_of("train")
     assert _conditions(workload)["Requeued"] == ("True", "Reactivated")
     assert _conditions(workload)["Admitted"] == ("True", "Admitted")
+    assert _conditions(workload)["Evicted"] == ("False", "QuotaReserved")
     assert len(cluster.live_pods()) == 2
 
 

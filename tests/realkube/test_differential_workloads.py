@@ -1,0 +1,312 @@
+"""The emulated JobSet and Kueue controllers (``sim/kube/controllers``) against the real managers.
+
+The same story on both, observed the same way: the JobSet suspend toggle (the ``Suspended`` condition and
+``replicatedJobsStatus`` the requeue waits for, the pods gone and back), a JobSet restart on an evicted pod
+by its failure policy (``restarts`` counted, not towards the maximum), and Kueue's ``spec.active`` toggle
+on an admitted Job's Workload (the conditions, reasons and eviction count the requeue and a person read, the
+Job suspended and resumed). What differs is fixed in the emulator; what remains is in sim/README.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pytest
+from control_plane import ControlPlane
+from kube_stack import Controller
+from kubernetes import client
+from realkube import Cluster
+from stack_world import STACK_WAIT_S
+from waiting import wait_until
+
+from core.clock import RealClock
+from sim.kube.harness import running_kube_sim
+
+JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+KUEUE_VERSIONS = {"real": "v1beta2", "sim": "v1beta1"}  # what each serves (sim/README.md)
+NODES = 5
+
+
+@dataclass
+class Side:
+    name: str
+    api_client: client.ApiClient
+    namespace: str
+    settle: Callable[[], None]
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    def running(self, **labels: str) -> int:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        return len([p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None])
+
+    def clean(self, delete: Callable[[], object]) -> None:
+        """Delete a story's workload, its Jobs and pods (the emulator collects no garbage in general), and
+        wait until the pods are gone: the next story needs the nodes."""
+        delete()
+        batch = client.BatchV1Api(self.api_client)
+        for job in batch.list_namespaced_job(self.namespace).items:
+            with contextlib.suppress(client.ApiException):
+                batch.delete_namespaced_job(
+                    job.metadata.name, self.namespace, propagation_policy="Background"
+                )
+        for pod in self.core.list_namespaced_pod(self.namespace).items:
+            with contextlib.suppress(client.ApiException):  # the Job's tracking finalizer would hold it
+                self.core.patch_namespaced_pod(
+                    pod.metadata.name, self.namespace, {"metadata": {"finalizers": None}}
+                )
+                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+        self.wait(lambda: not self.core.list_namespaced_pod(self.namespace).items, "the pods stayed")
+
+    def delete_jobset(self, name: str) -> None:
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        self.clean(
+            lambda: self.custom.delete_namespaced_custom_object(
+                *JOBSET[:2], self.namespace, JOBSET[2], name, body=body
+            )
+        )
+
+    def wait(self, predicate: Callable[[], bool], message: str) -> None:
+        assert wait_until(predicate, timeout=STACK_WAIT_S), f"{self.name}: {message}"
+
+
+@pytest.fixture(scope="module")
+def real(kube_stack: ControlPlane) -> Iterator[Side]:
+    jobset: Controller = kube_stack.controller("jobset")
+    kueue: Controller = kube_stack.controller("kueue", feature_gates={})
+    cluster = Cluster(
+        kube_stack, nodes=NODES, namespace_labels={**jobset.namespace_label, **kueue.namespace_label}
+    )
+    try:
+        yield Side("real", cluster.admin, cluster.namespace, lambda: None)
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Side]:
+    with running_kube_sim(clock=RealClock(), nodes=NODES, workloads=True, bookmark_interval_s=0.2) as kube:
+        kube.store.create("namespaces", {"metadata": {"name": "diff"}})
+        api_client = kube.api_client()
+        yield Side("sim", api_client, "diff", kube.settle)
+        api_client.close()
+
+
+def gang_jobset(name: str, *, failure_policy: bool) -> dict[str, Any]:
+    container = {"name": "t", "image": "t", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+    job: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0 if failure_policy else 3,
+        "template": {
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
+        },
+    }
+    spec: dict[str, Any] = {"replicatedJobs": [{"name": "w", "replicas": 4, "template": {"spec": job}}]}
+    if failure_policy:
+        job["podFailurePolicy"] = {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
+        spec["failurePolicy"] = {
+            "maxRestarts": 0,
+            "rules": [
+                {"action": "RestartJobSetAndIgnoreMaxRestarts", "onJobFailureReasons": ["PodFailurePolicy"]}
+            ],
+        }
+    return {"apiVersion": "/".join(JOBSET[:2]), "kind": "JobSet", "metadata": {"name": name}, "spec": spec}
+
+
+def read_jobset(side: Side, name: str) -> dict[str, Any]:
+    found = side.custom.get_namespaced_custom_object(*JOBSET[:2], side.namespace, JOBSET[2], name)
+    return cast("dict[str, Any]", found)
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {
+        c["type"]: (c["status"], c.get("reason", ""))
+        for c in (obj.get("status") or {}).get("conditions") or []
+    }
+
+
+def suspend_story(side: Side) -> dict[str, Any]:
+    name = "susp"
+    side.custom.create_namespaced_custom_object(
+        *JOBSET[:2], side.namespace, JOBSET[2], gang_jobset(name, failure_policy=False)
+    )
+    labels = {"jobset.sigs.k8s.io/jobset-name": name}
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran")
+    side.custom.patch_namespaced_custom_object(
+        *JOBSET[:2], side.namespace, JOBSET[2], name, {"spec": {"suspend": True}}
+    )
+
+    def suspended() -> bool:
+        status = read_jobset(side, name).get("status") or {}
+        jobs = status.get("replicatedJobsStatus") or []
+        return conditions(read_jobset(side, name)).get("Suspended", ("", ""))[0] == "True" and all(
+            not j.get("active") for j in jobs
+        )
+
+    side.wait(suspended, "never seen suspended")
+    side.wait(lambda: side.running(**labels) == 0, "the pods stayed")
+    at_rest = read_jobset(side, name)
+    jobs = at_rest["status"]["replicatedJobsStatus"][0]
+    side.custom.patch_namespaced_custom_object(
+        *JOBSET[:2], side.namespace, JOBSET[2], name, {"spec": {"suspend": False}}
+    )
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran again")
+    side.wait(
+        lambda: conditions(read_jobset(side, name)).get("Suspended", ("", ""))[0] == "False", "not resumed"
+    )
+    resumed = conditions(read_jobset(side, name))["Suspended"]
+    side.delete_jobset(name)
+    return {
+        "suspended": conditions(at_rest)["Suspended"],
+        "suspended_jobs": (jobs.get("active"), jobs.get("suspended")),
+        "resumed": resumed,
+    }
+
+
+def restart_story(side: Side) -> dict[str, Any]:
+    name = "rst"
+    side.custom.create_namespaced_custom_object(
+        *JOBSET[:2], side.namespace, JOBSET[2], gang_jobset(name, failure_policy=True)
+    )
+    labels = {"jobset.sigs.k8s.io/jobset-name": name}
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran")
+    pod = side.core.list_namespaced_pod(
+        side.namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"
+    ).items[0]
+    side.core.create_namespaced_pod_eviction(
+        pod.metadata.name,
+        side.namespace,
+        {"metadata": {"name": pod.metadata.name, "namespace": side.namespace}},
+    )
+    side.wait(
+        lambda: int((read_jobset(side, name).get("status") or {}).get("restarts") or 0) >= 1, "no restart"
+    )
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran again")
+    status = read_jobset(side, name).get("status") or {}
+    side.delete_jobset(name)
+    return {"restarts": status.get("restarts"), "towards_max": status.get("restartsCountTowardsMax") or 0}
+
+
+def kueue_story(side: Side) -> dict[str, Any]:
+    version = KUEUE_VERSIONS[side.name]
+    group = ("kueue.x-k8s.io", version)
+    flavor, cq = f"{side.namespace}-diff-flavor", f"{side.namespace}-diff-cq"
+    side.custom.create_cluster_custom_object(
+        *group,
+        "resourceflavors",
+        {"apiVersion": "/".join(group), "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+    )
+    quota = {"name": "nvidia.com/gpu", "nominalQuota": 8 * NODES}
+    side.custom.create_cluster_custom_object(
+        *group,
+        "clusterqueues",
+        {
+            "apiVersion": "/".join(group),
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [{"name": flavor, "resources": [quota]}],
+                    }
+                ],
+            },
+        },
+    )
+    side.custom.create_namespaced_custom_object(
+        *group,
+        side.namespace,
+        "localqueues",
+        {
+            "apiVersion": "/".join(group),
+            "kind": "LocalQueue",
+            "metadata": {"name": "q"},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+    container = {"name": "t", "image": "t", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+    job = {
+        "metadata": {"name": "kj", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "suspend": True,  # what Kueue's webhook makes it (the emulator has no webhooks)
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [container],
+                }
+            },
+        },
+    }
+    batch = client.BatchV1Api(side.api_client)
+    batch.create_namespaced_job(side.namespace, job)
+    labels = {"batch.kubernetes.io/job-name": "kj"}
+    side.wait(lambda: side.running(**labels) == 2, "the admitted Job never ran")
+
+    def workload() -> dict[str, Any]:
+        listed = side.custom.list_namespaced_custom_object(*group, side.namespace, "workloads")
+        return cast("dict[str, Any]", listed["items"][0])
+
+    admitted = conditions(workload())
+    name = workload()["metadata"]["name"]
+    side.custom.patch_namespaced_custom_object(
+        *group, side.namespace, "workloads", name, {"spec": {"active": False}}
+    )
+
+    def evicted() -> bool:  # and settled: the real Kueue marks Evicted before it releases the quota
+        now = conditions(workload())
+        return now.get("Evicted", ("", ""))[0] == "True" and now.get("QuotaReserved", ("", ""))[0] == "False"
+
+    side.wait(evicted, "never evicted")
+    side.wait(lambda: side.running(**labels) == 0, "the pods stayed")
+    inactive = workload()
+    suspended = batch.read_namespaced_job("kj", side.namespace).spec.suspend
+    side.custom.patch_namespaced_custom_object(
+        *group, side.namespace, "workloads", name, {"spec": {"active": True}}
+    )
+    side.wait(lambda: side.running(**labels) == 2, "never ran again")
+    side.wait(lambda: conditions(workload()).get("Admitted", ("", ""))[0] == "True", "never admitted again")
+    again = workload()
+    evictions = ((again.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+    body = client.V1DeleteOptions(propagation_policy="Foreground")
+    side.clean(lambda: batch.delete_namespaced_job("kj", side.namespace, body=body))
+    return {
+        "admitted": {k: admitted[k] for k in ("QuotaReserved", "Admitted")},
+        "inactive": conditions(inactive),
+        "job_suspended": suspended,
+        "reactivated": conditions(again),
+        "evictions": [(e.get("reason"), e.get("count")) for e in evictions],
+    }
+
+
+STORIES = {
+    "jobset_suspend_toggle": suspend_story,
+    "jobset_restart_on_eviction": restart_story,
+    "kueue_active_toggle": kueue_story,
+}
+
+
+@pytest.mark.parametrize("story", list(STORIES))
+def test_the_emulated_workload_controllers_do_what_the_real_managers_do(
+    real: Side, sim: Side, story: str
+) -> None:
+    """Same story, same observations on the emulator and on the real JobSet and Kueue managers."""
+    assert STORIES[story](sim) == STORIES[story](real)
