@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import structlog
@@ -259,15 +260,15 @@ class AggregatorClient:
 
     def latest_drain(self, node: str) -> CentralDrain:
         """The node's most recent central drain; NotFound when none was ever ordered."""
-        return self._call("GET", f"/v1/nodes/{node}/drain", CentralDrain, retry=True)
+        return self._call("GET", f"/v1/nodes/{_segment(node)}/drain", CentralDrain, retry=True)
 
     def pending_requests(self, node: str) -> list[NodeRequest]:
         """Quarantine / release requests for this node that its agent has not applied yet."""
-        return self._call_list("GET", f"/v1/nodes/{node}/requests", NodeRequest)
+        return self._call_list("GET", f"/v1/nodes/{_segment(node)}/requests", NodeRequest)
 
     def acknowledge_request(self, node: str, request_id: int) -> list[NodeRequest]:
         """Tell the aggregator a request was applied; returns what is still pending."""
-        return self._call_list("POST", f"/v1/nodes/{node}/requests/{request_id}/ack", NodeRequest)
+        return self._call_list("POST", f"/v1/nodes/{_segment(node)}/requests/{request_id}/ack", NodeRequest)
 
     # --- on-call side -----------------------------------------------------------------------------------
 
@@ -282,7 +283,7 @@ class AggregatorClient:
 
     def node(self, name: str) -> NodeDetail:
         """One node's detail; raises NotFound for a node that never reported."""
-        return self._call("GET", f"/v1/nodes/{name}", NodeDetail, retry=True)
+        return self._call("GET", f"/v1/nodes/{_segment(name)}", NodeDetail, retry=True)
 
     def events(
         self, *, since: str | None = None, node: str | None = None, limit: int = 200, all_pages: bool = False
@@ -312,12 +313,14 @@ class AggregatorClient:
     def quarantine(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to quarantine it (a human's request; not retried)."""
         del requested_by
-        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json={"reason": reason})
+        return self._call(
+            "POST", f"/v1/nodes/{_segment(node)}/quarantine", NodeRequest, json={"reason": reason}
+        )
 
     def release(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
         del requested_by
-        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json={"reason": reason})
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/release", NodeRequest, json={"reason": reason})
 
     def diag(
         self, node: str, *, level: int, force: bool, reason: str, requested_by: str | None = None
@@ -325,11 +328,11 @@ class AggregatorClient:
         """Ask the node's agent to run ``dcgmi diag -r LEVEL`` (a human's request; not retried)."""
         del requested_by
         body = {"level": level, "force": force, "reason": reason}
-        return self._call("POST", f"/v1/nodes/{node}/diag", NodeRequest, json=body)
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/diag", NodeRequest, json=body)
 
     def forget_node(self, node: str) -> NodeForgotten:
         """Forget a node (admin): it leaves the fleet, the budget and the breaker; its history stays."""
-        return self._call("DELETE", f"/v1/nodes/{node}", NodeForgotten)
+        return self._call("DELETE", f"/v1/nodes/{_segment(node)}", NodeForgotten)
 
     def audit(
         self, *, since: str | None = None, actor: str | None = None, limit: int = 200
@@ -358,9 +361,11 @@ class AggregatorClient:
         params = _params(failed="true" if failed else None, limit=limit)
         return self._call_list("GET", "/v1/alerts", AlertView, params=params)
 
-    def retry_delivery(self, delivery_id: int) -> Delivery:
-        """Send a dead-lettered alert delivery again now."""
-        return self._call("POST", f"/v1/alerts/deliveries/{delivery_id}/retry", Delivery)
+    def retry_delivery(self, delivery_id: int, *, force: bool = False) -> Delivery:
+        """Send a dead-lettered alert delivery again now; a delivered one only with ``force`` (else the
+        aggregator refuses: :class:`PermitLapsed`, its 409)."""
+        params = _params(force="true" if force else None)
+        return self._call("POST", f"/v1/alerts/deliveries/{delivery_id}/retry", Delivery, params=params)
 
     def silences(self, *, active_only: bool = True) -> list[Silence]:
         """Silences, newest first."""
@@ -472,6 +477,13 @@ def _next_page(link: str | None) -> str | None:
         if 'rel="next"' in rest and target.startswith("<") and target.endswith(">"):
             return target[1:-1]
     return None
+
+
+def _segment(value: str) -> str:
+    """One path segment: percent-encoded whole, so a name with ``/`` or ``..`` cannot address another route
+    (a bare ``.`` or ``..`` would be resolved away as a dot segment: its dots are encoded too)."""
+    encoded = quote(value, safe="")
+    return encoded.replace(".", "%2E") if encoded in {".", ".."} else encoded
 
 
 def _params(**values: Any) -> dict[str, Any]:

@@ -51,18 +51,25 @@ def register(
     @app.post(
         "/v1/alerts/deliveries/{delivery_id}/retry",
         response_model=Delivery,
-        responses=responses | not_found,
+        responses=responses | not_found | {409: {"description": "Delivered already (force=true resends)."}},
         tags=["alerts"],
     )
-    def retry_delivery(delivery_id: IdPath, caller: Caller = operator_retries) -> Delivery:
-        """Send a dead-lettered delivery again now, with a fresh attempt count (operator)."""
+    def retry_delivery(
+        delivery_id: IdPath,
+        caller: Caller = operator_retries,
+        force: Annotated[bool, Query(description="Send it again even though it was delivered.")] = False,
+    ) -> Delivery:
+        """Send a dead-lettered delivery again now, with a fresh attempt count (operator); a delivered one
+        is refused (409) unless ``force=true``."""
         try:
             with db.write() as conn:
-                delivery = outbox.retry(conn, delivery_id, now())
-                audit(conn, caller, "alert_retry", str(delivery_id))
+                delivery = outbox.retry(conn, delivery_id, now(), force=force)
+                audit(conn, caller, "alert_retry", str(delivery_id), {"force": force} if force else None)
                 return delivery
         except outbox.DeliveryNotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+        except outbox.AlreadyDelivered as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
 
     @app.get(
         "/v1/silences",

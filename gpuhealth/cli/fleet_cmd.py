@@ -27,6 +27,7 @@ from rich.text import Text
 
 from gpuhealth.cli.common import load_yaml_mapping
 from gpuhealth.cli.errors import CliError
+from gpuhealth.cli.guard import confirm, node_name
 from gpuhealth.cli.render import status_text
 
 if TYPE_CHECKING:
@@ -58,12 +59,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     node = subparsers.add_parser(
         "node", parents=[common], help="one node: GPUs, incident, findings, timeline"
     )
-    node.add_argument("name", metavar="NODE")
+    node.add_argument("name", metavar="NODE", type=node_name)
     node.set_defaults(handler=run_node)
 
     events = subparsers.add_parser("events", parents=[common], help="incident and action history")
     events.add_argument("--since", default="1h", help="how far back: 30m, 1h, 2d or an ISO time (default 1h)")
-    events.add_argument("--node", help="only this node")
+    events.add_argument("--node", type=node_name, help="only this node")
     events.add_argument("--limit", type=int, default=200, help="at most this many events (default 200)")
     events.add_argument(
         "--all", action="store_true", help="every event since --since, page after page (--limit per page)"
@@ -73,14 +74,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     quarantine = subparsers.add_parser(
         "quarantine", parents=[common], help="ask a node's agent to quarantine it"
     )
-    quarantine.add_argument("name", metavar="NODE")
+    quarantine.add_argument("name", metavar="NODE", type=node_name)
     quarantine.add_argument("--reason", required=True, help="why (recorded in the history)")
     quarantine.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     quarantine.set_defaults(handler=run_quarantine)
 
     release = subparsers.add_parser("release", parents=[common], help="ask a node's agent to release it")
-    release.add_argument("name", metavar="NODE")
+    release.add_argument("name", metavar="NODE", type=node_name)
     release.add_argument("--reason", default="released by a human", help="why (recorded in the history)")
+    release.add_argument(
+        "--yes", action="store_true", help="do not ask, even for a node whose incident was not remediated"
+    )
     release.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     release.set_defaults(handler=run_release)
 
@@ -98,13 +102,16 @@ def _register_alert_commands(
     alerts = subparsers.add_parser("alerts", parents=[common], help="alerts and their deliveries")
     alerts.add_argument("--failed", action="store_true", help="only alerts dead-lettered at some sink")
     alerts.add_argument("--retry", type=int, metavar="ID", help="send this dead-lettered delivery again")
+    alerts.add_argument(
+        "--force", action="store_true", help="with --retry: send it again even though it was delivered"
+    )
     alerts.add_argument("--limit", type=int, default=50, help="at most this many alerts (default 50)")
     alerts.set_defaults(handler=run_alerts)
 
     silence = subparsers.add_parser(
         "silence", parents=[common], help="mute alerts about a node or a label selector for a while"
     )
-    silence.add_argument("name", metavar="NODE", nargs="?", help="the node to silence")
+    silence.add_argument("name", metavar="NODE", nargs="?", type=node_name, help="the node to silence")
     silence.add_argument(
         "--selector", action="append", default=[], metavar="KEY=VALUE", help="node label (repeatable)"
     )
@@ -113,6 +120,9 @@ def _register_alert_commands(
     silence.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     silence.add_argument("--list", action="store_true", help="list the active silences")
     silence.add_argument("--remove", type=int, metavar="ID", help="end this silence now")
+    silence.add_argument(
+        "--force", action="store_true", help="silence a node even though it never reported (a name to come)"
+    )
     silence.set_defaults(handler=run_silence)
 
 
@@ -234,7 +244,12 @@ def run_alerts(args: argparse.Namespace) -> int:
     """``gpuhealth alerts [--failed] [--retry ID]``."""
     with _client(args) as client:
         if args.retry is not None:
-            delivery = client.retry_delivery(args.retry)
+            from agent.uplink.client import PermitLapsed  # the aggregator's 409: delivered already
+
+            try:
+                delivery = client.retry_delivery(args.retry, force=args.force)
+            except PermitLapsed as exc:
+                raise CliError(f"{exc}: not sent again (--force sends it anyway)", 2) from exc
             if args.json:
                 _print_json(delivery)
             else:
@@ -271,12 +286,28 @@ def run_silence(args: argparse.Namespace) -> int:
         return 0
     body = _silence_body(args)
     with _client(args) as client:
+        if args.name and not args.force:
+            _refuse_unknown_node(client, args.name)
         silence = client.silence(body)
     if args.json:
         _print_json(silence)
     else:
         print(f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M}Z")
     return 0
+
+
+def _refuse_unknown_node(client: AggregatorClient, name: str) -> None:
+    """A silence of a name that never reported is most often a typo, which would mute nothing."""
+    from agent.uplink.client import NotFound
+
+    try:
+        client.node(name)
+    except NotFound:
+        raise CliError(
+            f"node {name} never reported, so a silence of it would mute nothing now; check the name, or "
+            "add --force to silence a node that is still to come",
+            2,
+        ) from None
 
 
 def _silence_body(args: argparse.Namespace) -> Any:
@@ -342,11 +373,46 @@ def run_quarantine(args: argparse.Namespace) -> int:
     return _print_request(args, request)
 
 
+REMEDIATING_ACTIONS = frozenset({"drain", "reset", "reboot", "validate"})
+"""Steps that deal with a fault; an incident with none of them done is not remediated."""
+
+
 def run_release(args: argparse.Namespace) -> int:
-    """``gpuhealth release NODE``."""
+    """``gpuhealth release NODE``: asks first when the node's open incident was not remediated."""
     with _client(args) as client:
+        if not args.yes:
+            warning = _release_warning(client, args.name)
+            if warning:
+                confirm(warning, yes=False)
         request = client.release(args.name, reason=args.reason)
     return _print_request(args, request)
+
+
+def _release_warning(client: AggregatorClient, name: str) -> str | None:
+    """What a release would skip, when the node's open incident has had no remediation step done."""
+    from agent.uplink.client import NotFound
+
+    try:
+        detail = client.node(name)
+    except NotFound:
+        return None  # the aggregator answers for an unknown node itself
+    incident = detail.incident
+    if incident is None or not incident.open:
+        return None
+    timeline = client.incident(incident.id).timeline
+    done = {
+        str(event.details.get("action"))
+        for event in timeline
+        if event.kind == "action" and event.details.get("result") == "ok"
+    }
+    if done & REMEDIATING_ACTIONS:
+        return None
+    reasons = ", ".join(incident.reasons) or "no reason given"
+    return (
+        f"{name} has open incident {incident.id} ({reasons}; action {incident.action.value}) and none of "
+        f"{', '.join(sorted(REMEDIATING_ACTIONS))} was done for it: releasing puts the node back in "
+        "service as it is"
+    )
 
 
 def _print_request(args: argparse.Namespace, request: NodeRequest) -> int:
