@@ -162,12 +162,7 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
     """Flag, then environment, then config file, then the default URL."""
     env = dict(os.environ) if environ is None else environ
     config_path = args.config or env.get(CONFIG_ENV)
-    section: dict[str, Any] = {}
-    if config_path:
-        client = load_yaml_mapping(config_path, exit_code=EXIT_FAILURE).get("client") or {}
-        if not isinstance(client, dict):
-            raise CliError(f"{config_path}: the 'client' section must be a mapping", EXIT_FAILURE)
-        section = client
+    section: dict[str, Any] = _client_section(config_path) if config_path else {}
     url = args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL
     token = args.token or env.get(TOKEN_ENV) or section.get("token") or _token_file(section.get("token_file"))
     ca_file, cert, key = (
@@ -185,6 +180,41 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
         client_cert=Path(str(cert)) if cert else None,
         client_key=Path(str(key)) if key else None,
     )
+
+
+CLIENT_KEYS = ("aggregator_url", "token", "token_file", "ca_file", "client_cert_file", "client_key_file")
+OTHER_SECTIONS = ("aggregator", "checks")
+"""Sections of a shared file that other parts read (``gpuhealth aggregator``, ``gpuhealth check``)."""
+
+
+def _client_section(config_path: str) -> dict[str, Any]:
+    """The file's ``client:`` section; an unknown key in it, or an unknown section, is one line (a typo
+    would otherwise leave the default URL or no token, and a misleading error about those)."""
+    data = load_yaml_mapping(config_path, exit_code=EXIT_FAILURE)
+    known_sections = {"client", *OTHER_SECTIONS, *_agent_keys()}
+    unknown = sorted(str(key) for key in data if key not in known_sections)
+    if unknown:
+        raise CliError(
+            f"{config_path}: unknown section {unknown[0]!r} (the on-call commands read 'client'; "
+            f"known: {', '.join(['client', *OTHER_SECTIONS])} and the agent's keys)",
+            EXIT_FAILURE,
+        )
+    client = data.get("client") or {}
+    if not isinstance(client, dict):
+        raise CliError(f"{config_path}: the 'client' section must be a mapping", EXIT_FAILURE)
+    unknown = sorted(str(key) for key in client if key not in CLIENT_KEYS)
+    if unknown:
+        raise CliError(
+            f"{config_path}: unknown key client.{unknown[0]} (known: {', '.join(CLIENT_KEYS)})", EXIT_FAILURE
+        )
+    return client
+
+
+def _agent_keys() -> frozenset[str]:
+    """The agent's top-level keys: a node's one file may hold its agent's settings and a client section."""
+    from agent.settings import AgentSettings
+
+    return frozenset(AgentSettings.model_fields)
 
 
 def _token_file(path: object) -> str | None:
