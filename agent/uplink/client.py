@@ -296,6 +296,19 @@ class AggregatorClient:
         pages = list(self._pages("/v1/events", Event, params))
         return [event for page in reversed(pages) for event in page]
 
+    def events_found(
+        self, *, since: str | None = None, node: str | None = None, limit: int = 200
+    ) -> tuple[list[Event], bool, int | None]:
+        """The newest ``limit`` events, oldest first, whether older ones exist (a next page), and how many
+        match in all when the aggregator says (``X-Total-Count``; None from one that does not)."""
+        params = _params(since=since, node=node, limit=limit)
+        answer = self._request("GET", "/v1/events", retry=True, params=params)
+        if not isinstance(answer.json, list):
+            raise ServerError("unexpected answer from the aggregator for /v1/events: not a list")
+        events = [_parse(Event, item, "/v1/events") for item in answer.json]
+        total = int(answer.total) if answer.total and answer.total.isdigit() else None
+        return events, _next_page(answer.link) is not None, total
+
     def incidents(
         self, *, node: str | None = None, open_only: bool = False, since: str | None = None
     ) -> list[IncidentSummary]:
@@ -447,7 +460,9 @@ class AggregatorClient:
             raise AggregatorUnreachable(f"cannot reach the aggregator at {self.base_url}: {exc}") from exc
         _raise_for_status(response, self.base_url)
         try:
-            return _Answer(response.json(), response.headers.get("link"))
+            return _Answer(
+                response.json(), response.headers.get("link"), response.headers.get("x-total-count")
+            )
         except ValueError as exc:
             raise ServerError(
                 f"aggregator at {self.base_url} answered {path} with something not JSON"
@@ -460,6 +475,7 @@ class _Answer:
 
     json: Any
     link: str | None
+    total: str | None = None
 
 
 def _tls_hint(exc: ssl.SSLError) -> str:

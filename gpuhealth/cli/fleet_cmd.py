@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent.uplink.client import AggregatorClient
-    from core.aggregator_api import BreakerStatus, Event, FleetSummary, NodeDetail, NodeRequest
+    from core.aggregator_api import (
+        BreakerStatus,
+        Event,
+        FleetSummary,
+        IncidentSummary,
+        NodeDetail,
+        NodeRequest,
+    )
     from core.alerts_api import AlertView, Silence
 
 EXIT_FAILURE = 1
@@ -254,18 +261,26 @@ def _print_json(value: BaseModel | list[Any]) -> None:
 def run_status(args: argparse.Namespace) -> int:
     """``gpuhealth status`` (with the active silences)."""
     from agent.uplink.client import NotFound
+    from gpuhealth.cli.incidents_cmd import open_incidents, print_open_incidents
 
     with _client(args) as client:
         summary = client.summary()
+        incidents, done = open_incidents(client) if summary.open_incidents else ([], {})
         try:
             silences = client.silences()
         except NotFound:  # an aggregator from before alerts: no silences to show
             silences = []
     if args.json:
-        data = summary.model_dump(mode="json") | {"silences": [s.model_dump(mode="json") for s in silences]}
+        data = summary.model_dump(mode="json") | {
+            "incidents": [
+                incident.model_dump(mode="json") | {"done": done.get(incident.id)} for incident in incidents
+            ],
+            "silences": [s.model_dump(mode="json") for s in silences],
+        }
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         print_summary(summary, _now())
+        print_open_incidents(incidents, done, _now())
         print_silences(silences, _now(), headline=False)
     return 0
 
@@ -387,13 +402,26 @@ def run_events(args: argparse.Namespace) -> int:
         parse_since(args.since, _now())
     except TimeSpecError as exc:
         raise CliError(f"--since: {exc}", 2) from exc
+    more, total = False, None
     with _client(args) as client:
-        events = client.events(since=args.since, node=args.node, limit=args.limit, all_pages=args.all)
+        if args.all:
+            events = client.events(since=args.since, node=args.node, limit=args.limit, all_pages=True)
+        else:
+            events, more, total = client.events_found(since=args.since, node=args.node, limit=args.limit)
     if args.json:
         _print_json(events)
     else:
         print_events(events, _now())
+    if more:
+        # On stderr, so that --json stays one JSON document; a person sees it under the table either way.
+        print(_fewer_than_found(len(events), total, args.since), file=sys.stderr)
     return 0
+
+
+def _fewer_than_found(shown: int, total: int | None, since: str) -> str:
+    """The line that says a list is not all there is: "200 of 254 events since 1h (the newest); ..."."""
+    found = f"{shown} of {total}" if total is not None else f"the newest {shown} of more"
+    return f"{found} events since {since} shown (the newest); --all for the rest"
 
 
 def run_quarantine(args: argparse.Namespace) -> int:
@@ -577,11 +605,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
             )
         console.print(findings)
     if detail.incident:
-        incident = detail.incident
-        console.print(
-            f"incident [bold]{escape(incident.id)}[/] since {_when(incident.started_at, now)}: "
-            f"{escape(', '.join(incident.reasons)) or '-'}; action {incident.action.value}"
-        )
+        print_incident_head(detail.incident, now, console)
     for request in detail.pending_requests:
         console.print(f"pending {request.kind} by {escape(request.requested_by)}: {escape(request.reason)}")
     if detail.permit:
@@ -591,6 +615,25 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
         )
     if detail.timeline:
         print_events(detail.timeline, now, console=console)
+
+
+def print_incident_head(incident: IncidentSummary, now: datetime, console: Console) -> None:
+    """The incident's line, then each GPU it is about and the findings that opened it."""
+    from gpuhealth.cli.incidents_cmd import gpu_text
+
+    console.print(
+        f"incident [bold]{escape(incident.id)}[/] since {_when(incident.started_at, now)}: "
+        f"{escape(', '.join(incident.reasons)) or '-'}; action {incident.action.value}"
+    )
+    for gpu in incident.gpus:
+        console.print("  ", Text(gpu_text(gpu), style="bold red"))
+    index = {gpu.uuid: gpu.index for gpu in incident.gpus}
+    for finding in incident.opened_by:
+        on = f"GPU {index.get(finding.gpu, finding.gpu)}" if finding.gpu else "the node"
+        console.print(
+            "  opened by ",
+            Text(f"{finding.code} on {on}: {finding.message} ({finding.action.value})"),
+        )
 
 
 def print_events(events: list[Event], now: datetime, console: Console | None = None) -> None:

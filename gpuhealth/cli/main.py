@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         check_cmd,
         diag_cmd,
         fleet_cmd,
+        incidents_cmd,
         plugins,
         snapshot_cmd,
     )
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         snapshot_cmd,
         agent_cmd,
         fleet_cmd,
+        incidents_cmd,
         diag_cmd,
         audit_cmd,
         aggregator_cmd,

@@ -1,0 +1,95 @@
+"""What the on-call commands show against a live aggregator (in this process): the open incidents under
+``gpuhealth status``, ``gpuhealth incidents`` with its filters and --json, and a list that says when it
+shows fewer events than it found."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from core.clock import utc_now
+from gpuhealth.cli.main import main
+from sim.aggregator_process import AggregatorServer
+from tests.aggregator.builders import AUTH, TOKEN, report
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AggregatorServer]:
+    server = AggregatorServer(tmp_path_factory.mktemp("views") / "a.db", TOKEN, now=utc_now).start()
+    now = datetime.now(UTC)
+    taint = {"at": now.isoformat(), "action": "taint", "result": "ok", "incident_id": "inc-a"}
+    drain = {"at": now.isoformat(), "action": "drain", "result": "ok", "incident_id": "inc-a"}
+    bodies = [
+        report("node-a", 1, "unhealthy", incident="inc-a", sent_at=now, actions=[taint]),
+        report("node-a", 2, "unhealthy", incident="inc-a", sent_at=now, actions=[drain, taint]),
+        report("node-b", 1, "unhealthy", incident="inc-b", sent_at=now),
+        report("node-c", 1, "unhealthy", incident="inc-c", sent_at=now),
+        report("node-c", 2, "healthy", sent_at=now),  # inc-c closed
+        report("node-d", 1, "healthy", sent_at=now),
+    ]
+    for body in bodies:
+        assert httpx.post(f"{server.url}/v1/reports", json=body, headers=AUTH).status_code == 200
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def run(live: AggregatorServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
+    monkeypatch.setenv("GPUHEALTH_AGGREGATOR_URL", live.url)
+    monkeypatch.setenv("GPUHEALTH_TOKEN", TOKEN)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+
+    def call(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+def test_status_names_each_open_incident_with_what_was_done(run: Run) -> None:
+    code, out, err = run("status")
+    assert code == 0, err
+    assert "2 open incidents" in out
+    assert "open incidents (2):" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("node-")}
+    assert "XID_79" in rows["node-a"] and "reboot" in rows["node-a"] and "taint, drain" in rows["node-a"]
+    assert "nothing yet" in rows["node-b"]
+    assert "node-c" not in rows  # closed
+    as_json = json.loads(run("status", "--json")[1])
+    assert [(i["node"], i["done"]) for i in as_json["incidents"]] == [
+        ("node-a", "taint, drain"),
+        ("node-b", "nothing yet"),
+    ]
+
+
+def test_incidents_lists_all_or_the_open_ones_as_a_table_or_json(run: Run) -> None:
+    code, out, err = run("incidents")
+    assert code == 0, err
+    assert {"inc-a", "inc-b", "inc-c"} <= set(out.split())
+    _code, out, _err = run("incidents", "--open", "--json")
+    assert sorted(i["id"] for i in json.loads(out)) == ["inc-a", "inc-b"]
+    _code, out, _err = run("incidents", "--node", "node-c", "--since", "1h")
+    assert "inc-c" in out and "inc-a" not in out
+    code, _out, err = run("incidents", "--since", "soon-ish")
+    assert code == 2 and err.startswith("gpuhealth: error: --since:")
+
+
+def test_events_says_when_it_shows_fewer_than_it_found(run: Run) -> None:
+    code, out, err = run("events", "--limit", "3")
+    assert code == 0
+    assert len([line for line in out.splitlines() if "ago (" in line or "just now" in line]) == 3
+    assert "3 of " in err and "events since 1h shown (the newest); --all for the rest" in err
+    code, out, err = run("events", "--limit", "3", "--all", "--json")
+    assert len(json.loads(out)) > 3 and err == ""
+    code, out, err = run("events", "--limit", "1000")
+    assert err == ""  # all there is: nothing to say
