@@ -122,8 +122,10 @@ def _register_alert_commands(
     silence.add_argument(
         "--selector", action="append", default=[], metavar="KEY=VALUE", help="node label (repeatable)"
     )
-    silence.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d")
-    silence.add_argument("--reason", help="why (shown with the silence)")
+    silence.add_argument(
+        "--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d (required to silence)"
+    )
+    silence.add_argument("--reason", help="why, shown with the silence (required to silence)")
     silence.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     silence.add_argument("--list", action="store_true", help="list the active silences")
     silence.add_argument("--remove", type=int, metavar="ID", help="end this silence now")
@@ -170,7 +172,10 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
     env = dict(os.environ) if environ is None else environ
     config_path = args.config or env.get(CONFIG_ENV)
     section: dict[str, Any] = _client_section(config_path) if config_path else {}
-    url = args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL
+    url = str(args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL)
+    _check_url(
+        url, "--url" if args.url else URL_ENV if env.get(URL_ENV) else f"{config_path}: aggregator_url"
+    )
     token = args.token or env.get(TOKEN_ENV) or section.get("token") or _token_file(section.get("token_file"))
     ca_file, cert, key = (
         getattr(args, flag, None) or env.get(variable) or section.get(key)
@@ -187,6 +192,27 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
         client_cert=Path(str(cert)) if cert else None,
         client_key=Path(str(key)) if key else None,
     )
+
+
+def _check_url(url: str, source: str) -> None:
+    """A URL the client can use: http or https, a host, a port that is a number (one line otherwise)."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in range
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in {"http", "https"}:
+            problem = "it must begin with http:// or https://"
+        elif not parts.hostname:
+            problem = "it names no host"
+        elif port == 0:
+            problem = "port 0"
+    if problem:
+        raise CliError(f"{source}: {url!r} is not an aggregator URL ({problem})", 2)
 
 
 CLIENT_KEYS = ("aggregator_url", "token", "token_file", "ca_file", "client_cert_file", "client_key_file")
@@ -261,7 +287,7 @@ def _print_json(value: BaseModel | list[Any]) -> None:
 def run_status(args: argparse.Namespace) -> int:
     """``gpuhealth status`` (with the active silences)."""
     from agent.uplink.client import NotFound
-    from gpuhealth.cli.incidents_cmd import open_incidents, print_open_incidents
+    from gpuhealth.cli.incident_views import open_incidents, print_open_incidents
 
     with _client(args) as client:
         summary = client.summary()
@@ -337,7 +363,9 @@ def run_silence(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(silence)
     else:
-        print(f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M}Z")
+        print(
+            f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M:%S}Z"
+        )
     return 0
 
 
@@ -519,11 +547,9 @@ def _console() -> Console:
 
 
 def _when(moment: datetime | None, now: datetime) -> str:
-    from aggregator.timespec import relative
+    from gpuhealth.cli.incident_views import when
 
-    if moment is None:
-        return "-"
-    return f"{relative(moment, now)} ({moment:%m-%d %H:%M}Z)"
+    return when(moment, now)
 
 
 def _state(state: str) -> Text:
@@ -619,7 +645,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
 
 def print_incident_head(incident: IncidentSummary, now: datetime, console: Console) -> None:
     """The incident's line, then each GPU it is about and the findings that opened it."""
-    from gpuhealth.cli.incidents_cmd import gpu_text
+    from gpuhealth.cli.incident_views import gpu_text
 
     console.print(
         f"incident [bold]{escape(incident.id)}[/] since {_when(incident.started_at, now)}: "

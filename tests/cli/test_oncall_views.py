@@ -93,3 +93,20 @@ def test_events_says_when_it_shows_fewer_than_it_found(run: Run) -> None:
     assert len(json.loads(out)) > 3 and err == ""
     code, out, err = run("events", "--limit", "1000")
     assert err == ""  # all there is: nothing to say
+
+
+def test_times_are_utc_to_the_second_and_local_on_request(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    import time
+
+    _code, out, _err = run("node", "node-a")
+    assert re.search(r"just now \(\d\d-\d\d \d\d:\d\d:\d\dZ\)", out)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        _code, out, _err = run("node", "node-a", "--local-time")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert re.search(r"just now \(\d\d-\d\d \d\d:\d\d:\d\d JST\)", out)
+    assert "Z)" not in out
