@@ -31,6 +31,7 @@ from agent.uplink.permit_gate import PermitGate, split_at_first_permit, withhold
 from checks.config import ChecksConfig
 from checks.dcgm import merge_findings
 from checks.runner import run_checks
+from core.aggregator_api import DrainPhase
 from core.clock import Clock, RealClock
 from core.findings import Finding, Verdict
 from core.health import NodeHealth
@@ -292,7 +293,7 @@ class Agent:
     def _count_drain_end(self) -> None:
         """Count each drain once when it ends, by how it ended (the metric behind "drains blocked")."""
         state = self.parts.executor.drain_state
-        if state is None or str(state.phase) == "running":
+        if state is None or state.phase == DrainPhase.RUNNING:
             return
         ended = (state.incident_id, str(state.phase))
         if ended != self._ended_drain:
@@ -315,7 +316,7 @@ class Agent:
         if incident is None or held is None or held.incident_id != incident.id:
             return
         state = self.parts.executor.drain_state
-        if state is not None and state.incident_id == incident.id and state.phase == "running":
+        if state is not None and state.incident_id == incident.id and state.phase == DrainPhase.RUNNING:
             gate.acquire("drain", incident.id)
 
     def _read_node(self) -> NodeSnapshot:

@@ -9,13 +9,12 @@ Unknown keys are errors: a typo must fail loudly, not silently keep a default.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
@@ -24,6 +23,7 @@ from agent.recovery.settings import RecoverySettings
 from agent.state.machine import DebounceConfig
 from checks.config import ChecksConfig
 from core.aggregator_api import NODE_NAME_RULE, is_accepted_node_name
+from core.settings import SettingsError, SettingsSection, default_node_name
 from remediation.executor.token_source import token_from_env_or_file
 from remediation.kubernetes.drain.policy import DrainPolicy
 from remediation.kubernetes.requeue.decisions import RequeuePolicy
@@ -37,20 +37,7 @@ DEFAULT_KMSG_PATH = "/dev/kmsg"
 AGGREGATOR_TOKEN_ENV = "GPUHEALTH_AGGREGATOR_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 
-class SettingsError(ValueError):
-    """Invalid agent settings; the message is one line naming the file and the bad field."""
-
-
-def default_node_name() -> str:
-    """``NODE_NAME`` (the DaemonSet sets it from the downward API), else the hostname."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class KubernetesSettings(_Section):
+class KubernetesSettings(SettingsSection):
     """How the agent reaches the API server."""
 
     kubeconfig: str | None = Field(
@@ -81,7 +68,7 @@ class KubernetesSettings(_Section):
     )
 
 
-class KernelLogSettings(_Section):
+class KernelLogSettings(SettingsSection):
     """The kernel-log XID follower (complements NVML events; off by default)."""
 
     enabled: bool = Field(default=False, description="Follow the kernel log for XID lines.")
@@ -91,7 +78,7 @@ class KernelLogSettings(_Section):
     path: str = Field(default=DEFAULT_KMSG_PATH, description="The kmsg device (or a FIFO) when source=kmsg.")
 
 
-class FabricSettings(_Section):
+class FabricSettings(SettingsSection):
     """Fabric readings: InfiniBand / RoCE ports from sysfs, SXid and NIC link lines (docs/fabric.md)."""
 
     enabled: bool = Field(default=True, description="Add the fabric readings to every snapshot.")
@@ -100,7 +87,7 @@ class FabricSettings(_Section):
     )
 
 
-class DcgmExporterSettings(_Section):
+class DcgmExporterSettings(SettingsSection):
     """Scrape dcgm-exporter's /metrics and judge it with the NVML checks (off by default)."""
 
     enabled: bool = Field(default=False, description="Scrape dcgm-exporter and merge its findings.")
@@ -114,7 +101,7 @@ class DcgmExporterSettings(_Section):
     )
 
 
-class DcgmiSettings(_Section):
+class DcgmiSettings(SettingsSection):
     """Run dcgmi health -c -j (off by default; on-demand diagnostics use the same binary)."""
 
     enabled: bool = Field(default=False, description="Poll dcgmi health and merge its findings.")
@@ -130,7 +117,7 @@ class DcgmiSettings(_Section):
     timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one dcgmi health run.")
 
 
-class DcgmSettings(_Section):
+class DcgmSettings(SettingsSection):
     """DCGM sources: dcgm-exporter's page and the dcgmi command."""
 
     exporter: DcgmExporterSettings = Field(
@@ -139,7 +126,7 @@ class DcgmSettings(_Section):
     dcgmi: DcgmiSettings = Field(default_factory=DcgmiSettings, description="dcgmi health checks.")
 
 
-class HttpSettings(_Section):
+class HttpSettings(SettingsSection):
     """The /metrics, /healthz and /readyz endpoint."""
 
     enabled: bool = Field(default=True, description="Serve the HTTP endpoint.")
@@ -157,7 +144,7 @@ class HttpSettings(_Section):
     )
 
 
-class AggregatorLinkSettings(_Section):
+class AggregatorLinkSettings(SettingsSection):
     """The central aggregator: reports, heartbeats, permits and the humans' requests.
 
     The token is never a setting (settings are logged and dumped): it comes from the environment variable

@@ -8,25 +8,18 @@ not), and a test does the same check.
 
 from __future__ import annotations
 
-import argparse
-import re
-import sys
 from collections.abc import Iterator, Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from agent.settings import ENV_NESTED_DELIMITER, ENV_PREFIX, AgentSettings
+from core.docblocks import cell, doc_main, render_default, replace_block
 
 DEFAULT_DOC = Path("docs/agent.md")
 BLOCK_NAME = "agent-settings"
 _NOT_EXPANDED = frozenset({"checks"})  # documented field by field in docs/checks.md
-
-
-class DocError(ValueError):
-    """The document lacks the generated block's markers."""
 
 
 def settings_table() -> str:
@@ -35,7 +28,7 @@ def settings_table() -> str:
     for key, default, description in _rows(AgentSettings, _defaults(), ()):
         env = ENV_PREFIX + ENV_NESTED_DELIMITER.join(part.upper() for part in key)
         dotted = ".".join(key)
-        lines.append(f"| `{dotted}` | `{env}` | `{default}` | {_cell(description)} |")
+        lines.append(f"| `{dotted}` | `{env}` | `{default}` | {cell(description)} |")
     return "\n".join(lines)
 
 
@@ -59,55 +52,24 @@ def _rows(
         elif nested:
             default = "see docs/checks.md"
         else:
-            default = _render(field.get_default(call_default_factory=True))
+            default = render_default(field.get_default(call_default_factory=True))
         yield key, default, field.description or ""
-
-
-def _render(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, frozenset | set):
-        return "[" + ", ".join(sorted(str(item) for item in value)) + "]"
-    return str(value)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render(document: str) -> str:
     """The document with the settings reference rewritten from the model."""
-    begin, end = f"<!-- BEGIN GENERATED: {BLOCK_NAME} -->\n", f"<!-- END GENERATED: {BLOCK_NAME} -->"
-    pattern = re.compile(f"({re.escape(begin)}).*?({re.escape(end)})", re.DOTALL)
-    if pattern.search(document) is None:
-        raise DocError(f"generated block '{BLOCK_NAME}' has no BEGIN/END markers")
-    table = settings_table()
-    return pattern.sub(lambda match: f"{match.group(1)}{table}\n{match.group(2)}", document)
+    return replace_block(document, BLOCK_NAME, settings_table())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite docs/agent.md (or check it with ``--check``); returns the exit status."""
-    parser = argparse.ArgumentParser(description="Regenerate the settings reference of docs/agent.md.")
-    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT_DOC)
-    parser.add_argument("--check", action="store_true", help="only report whether the file is in sync")
-    args = parser.parse_args(argv)
-    current = args.path.read_text(encoding="utf-8")
-    try:
-        wanted = render(current)
-    except DocError as exc:
-        sys.stderr.write(f"{args.path}: {exc}\n")
-        return 1
-    if args.check:
-        if wanted != current:
-            sys.stderr.write(f"{args.path} is out of date: run python -m agent.settings_doc\n")
-            return 1
-        return 0
-    args.path.write_text(wanted, encoding="utf-8")
-    return 0
+    return doc_main(
+        argv,
+        module="agent.settings_doc",
+        default_doc=DEFAULT_DOC,
+        description="Regenerate the settings reference of docs/agent.md.",
+        render=render,
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from agent.settings import (
     AgentSettings,
     DcgmSettings,
     KernelLogSettings,
-    SettingsError,
     aggregator_token,
 )
 from agent.sources.fabric import FabricEvents, FabricSource, FabricTrends
@@ -51,6 +50,7 @@ from agent.uplink.permit_gate import PermitGate
 from core.clock import Clock, RealClock
 from core.gpu_pods import DraKey, GpuPodMap
 from core.plan_memory import RemediationMemory
+from core.settings import SettingsError
 from remediation.executor.contract import NodeExecutor
 from remediation.executor.problem import ExecutorProblemFindings
 

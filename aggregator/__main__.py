@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from aggregator.server import serve
-from aggregator.settings import SettingsError, load_settings
+from aggregator.settings import load_settings
 from aggregator.store.engine import StoreError
 from core.logging import configure_logging
+from core.settings import SettingsError
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ from aggregator.remediator_settings import RemediatorSettings
 from aggregator.settings import AggregatorSettings
 from aggregator.store import drains
 from aggregator.store.engine import Database
-from remediation.executor.background_drain import DrainPhase
+from core.aggregator_api import DrainPhase
 from remediation.executor.contract import DrainNews, DrainProgress
 
 log = structlog.get_logger(__name__)

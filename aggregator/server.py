@@ -18,7 +18,8 @@ from typing import Any
 import uvicorn
 
 from aggregator.app import create_app
-from aggregator.settings import AggregatorSettings, SettingsError
+from aggregator.settings import AggregatorSettings
+from core.settings import SettingsError
 
 
 def serve(settings: AggregatorSettings, announce: Callable[[str], None] | None = None) -> None:

@@ -26,6 +26,7 @@ from pydantic import (
 
 from aggregator.alert_settings import RouteSettings, SinkSettings
 from aggregator.remediator_settings import RemediatorSettings
+from core.settings import SettingsError
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 MIN_TOKEN_LENGTH = 32
@@ -37,10 +38,6 @@ SECRET_FILES = {
     "database_url": "database_url_file",
     "metrics_token": "metrics_token_file",
 }
-
-
-class SettingsError(ValueError):
-    """The configuration file or the environment holds an invalid aggregator setting."""
 
 
 class AggregatorSettings(BaseModel):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.findings import Action
+from core.settings import SettingsError, SettingsSection
 
 DATACENTER_GPU_PATTERNS: tuple[str, ...] = (
     "A100",
@@ -55,17 +56,17 @@ BRIDGE_OPTIONAL_PATTERNS: tuple[str, ...] = (
 NVML reports their unbridged links as inactive, which is their normal state, not a fault."""
 
 
-class ConfigError(ValueError):
+class ConfigError(SettingsError):
     """Invalid checks configuration; the message is one line naming the bad field."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _CheckFamily(SettingsSection):
+    """The settings of one check family, which can be turned off."""
 
     enabled: bool = Field(default=True, description="Run this check family.")
 
 
-class XidConfig(_Section):
+class XidConfig(_CheckFamily):
     """XID events judged with NVIDIA's catalogue and workflows (checks/xid.py)."""
 
     overrides: dict[int, Action] = Field(
@@ -90,7 +91,7 @@ class XidConfig(_Section):
     )
 
 
-class EccConfig(_Section):
+class EccConfig(_CheckFamily):
     """ECC counters and mode (checks/memory.py)."""
 
     aggregate_dbe_warn_threshold: int = Field(
@@ -102,7 +103,7 @@ class EccConfig(_Section):
     )
 
 
-class RowRemapConfig(_Section):
+class RowRemapConfig(_CheckFamily):
     """Row remapping, Ampere and newer (checks/memory.py)."""
 
     uncorrectable_warn_threshold: int = Field(
@@ -115,7 +116,7 @@ class RowRemapConfig(_Section):
     )
 
 
-class RetiredPagesConfig(_Section):
+class RetiredPagesConfig(_CheckFamily):
     """Dynamic page retirement, before Ampere (checks/memory.py)."""
 
     total_replace_threshold: int = Field(
@@ -126,7 +127,7 @@ class RetiredPagesConfig(_Section):
     )
 
 
-class PresenceConfig(_Section):
+class PresenceConfig(_CheckFamily):
     """NVML reachable, GPUs present, not lost, readable (checks/presence.py)."""
 
     lost_action: Action = Field(default=Action.REBOOT, description="Action for a GPU NVML reports as lost.")
@@ -135,7 +136,7 @@ class PresenceConfig(_Section):
     )
 
 
-class PcieConfig(_Section):
+class PcieConfig(_CheckFamily):
     """PCIe link width, generation and replays (checks/pcie.py)."""
 
     width_degraded_action: Action = Field(
@@ -149,7 +150,7 @@ class PcieConfig(_Section):
     )
 
 
-class NvlinkConfig(_Section):
+class NvlinkConfig(_CheckFamily):
     """NVLink state and error counters (checks/nvlink.py)."""
 
     down_action: Action = Field(default=Action.RESET_GPU, description="Action when a link reports inactive.")
@@ -164,7 +165,7 @@ class NvlinkConfig(_Section):
     crc_warn_threshold: int = Field(default=100, ge=1, description="CRC errors on one link that warn.")
 
 
-class ThermalConfig(_Section):
+class ThermalConfig(_CheckFamily):
     """Clock slowdown reasons and temperatures (checks/thermal.py)."""
 
     temperature_limit_c: int = Field(default=85, description="GPU temperature above this warns (degrees C).")
@@ -177,7 +178,7 @@ class ThermalConfig(_Section):
     warn_on_power_brake: bool = Field(default=True, description="Warn on HwPowerBrake 0x80.")
 
 
-class RecoveryActionConfig(_Section):
+class RecoveryActionConfig(_CheckFamily):
     """NVML's GPU recovery action field (checks/recovery_action.py)."""
 
     overrides: dict[int, Action] = Field(
@@ -186,7 +187,7 @@ class RecoveryActionConfig(_Section):
     )
 
 
-class PersistenceConfig(_Section):
+class PersistenceConfig(_CheckFamily):
     """Persistence mode (checks/persistence.py); off by default, see docs/checks.md."""
 
     enabled: bool = Field(
@@ -194,7 +195,7 @@ class PersistenceConfig(_Section):
     )
 
 
-class FabricConfig(_Section):
+class FabricConfig(_CheckFamily):
     """InfiniBand / RoCE ports, the GPUs' NVLink fabric and NVSwitch SXids (checks/fabric.py)."""
 
     expected_active_ports: int | None = Field(

@@ -8,23 +8,16 @@ reports whether it is in sync (exit 1 when not). A test does the same check.
 
 from __future__ import annotations
 
-import argparse
-import re
-import sys
 from collections.abc import Callable, Sequence
-from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from checks.config import ChecksConfig
 from checks.xid_catalogue import BUCKET_ACTION, CATALOGUE, XidEntry
+from core.docblocks import cell, doc_main, render_blocks, render_default
 
 DEFAULT_DOC = Path("docs/checks.md")
-
-
-class DocError(ValueError):
-    """The document lacks a generated block's markers."""
 
 
 def xid_table() -> str:
@@ -51,7 +44,7 @@ def _xid_row(entry: XidEntry) -> str:
         entry.status.value,
         source,
     )
-    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+    return "| " + " | ".join(cell(text) for text in cells) + " |"
 
 
 def config_table() -> str:
@@ -63,25 +56,9 @@ def config_table() -> str:
         if not isinstance(section, BaseModel):
             continue
         for field_name, field in type(section).model_fields.items():
-            value = _render_default(getattr(section, field_name))
-            lines.append(f"| `{section_name}.{field_name}` | `{value}` | {_cell(field.description or '')} |")
+            value = render_default(getattr(section, field_name))
+            lines.append(f"| `{section_name}.{field_name}` | `{value}` | {cell(field.description or '')} |")
     return "\n".join(lines)
-
-
-def _render_default(value: object) -> str:
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(str(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key}: {_render_default(item)}" for key, item in value.items()) + "}"
-    return str(value)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 GENERATORS: dict[str, Callable[[], str]] = {"xid-catalogue": xid_table, "config": config_table}
@@ -89,34 +66,18 @@ GENERATORS: dict[str, Callable[[], str]] = {"xid-catalogue": xid_table, "config"
 
 def render(document: str) -> str:
     """The document with every generated block rewritten from the code."""
-    for name, generate in GENERATORS.items():
-        document = _replace_block(document, name, generate())
-    return document
-
-
-def _replace_block(document: str, name: str, block: str) -> str:
-    begin, end = f"<!-- BEGIN GENERATED: {name} -->\n", f"<!-- END GENERATED: {name} -->"
-    pattern = re.compile(f"({re.escape(begin)}).*?({re.escape(end)})", re.DOTALL)
-    if pattern.search(document) is None:
-        raise DocError(f"generated block '{name}' has no BEGIN/END markers")
-    return pattern.sub(lambda match: f"{match.group(1)}{block}\n{match.group(2)}", document)
+    return render_blocks(document, GENERATORS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite docs/checks.md (or check it with ``--check``); returns the exit status."""
-    parser = argparse.ArgumentParser(description="Regenerate the tables of docs/checks.md.")
-    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT_DOC)
-    parser.add_argument("--check", action="store_true", help="only report whether the file is in sync")
-    args = parser.parse_args(argv)
-    current = args.path.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            sys.stderr.write(f"{args.path} is out of date: run python -m checks.docgen\n")
-            return 1
-        return 0
-    args.path.write_text(wanted, encoding="utf-8")
-    return 0
+    return doc_main(
+        argv,
+        module="checks.docgen",
+        default_doc=DEFAULT_DOC,
+        description="Regenerate the tables of docs/checks.md.",
+        render=render,
+    )
 
 
 if __name__ == "__main__":

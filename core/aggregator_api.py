@@ -322,6 +322,15 @@ class Permit(_Wire):
     active: bool
 
 
+class DrainPhase(StrEnum):
+    """Where the node's drain for one incident stands, once it runs (the wire adds ``requested`` before)."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"  # the orchestrator finished the drain: nothing that had to go is left
+    INCOMPLETE = "incomplete"  # something stayed (refused, blocked, cancelled, or the deadline passed)
+    FAILED = "failed"  # the drain could not run at all
+
+
 DrainPhaseName = Literal["requested", "running", "complete", "incomplete", "failed"]
 OPEN_DRAIN_PHASES: tuple[DrainPhaseName, ...] = ("requested", "running")
 """A central drain not ended yet: ordered and waiting for a remediator, or running."""

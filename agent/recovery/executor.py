@@ -21,6 +21,7 @@ from agent.recovery.background import BackgroundValidation
 from agent.recovery.commands import CommandOutcome
 from agent.recovery.reset import GpuResetter
 from agent.recovery.validation import StoppableValidator
+from core.aggregator_api import DrainPhase
 from core.steps import (
     NodeFacts,
     Reboot,
@@ -30,7 +31,6 @@ from core.steps import (
     Validate,
     WithdrawReboot,
 )
-from remediation.executor.background_drain import DrainPhase
 from remediation.executor.contract import NodeExecutor, WrappingExecutor
 from remediation.plan.recovery import RecoveryRules, retry_delay_s
 
@@ -170,7 +170,7 @@ class RecoveringExecutor(WrappingExecutor):
 def _finished_drain(executor: NodeExecutor) -> str | None:
     """The incident whose background drain has ended (complete, incomplete or failed), if any."""
     state = executor.drain_state
-    if state is None or str(state.phase) == DrainPhase.RUNNING:
+    if state is None or state.phase == DrainPhase.RUNNING:
         return None
     return state.incident_id
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from core.settings import SettingsSection
 from remediation.plan.recovery import RecoveryRules
 
 DEFAULT_RESET_COMMAND = ["nvidia-smi", "--gpu-reset", "-i", "{index}"]
@@ -14,11 +15,7 @@ DEFAULT_SENTINEL = Path("/var/run/reboot-required")
 DEFAULT_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RebootSettings(_Section):
+class RebootSettings(SettingsSection):
     """How a reboot is asked for."""
 
     mode: Literal["kured", "command", "off"] = Field(
@@ -46,7 +43,7 @@ class RebootSettings(_Section):
         return self
 
 
-class ValidationSettings(_Section):
+class ValidationSettings(SettingsSection):
     """How a reset or rebooted node is validated before it is released."""
 
     dcgmi_level: int = Field(
@@ -66,7 +63,7 @@ class ValidationSettings(_Section):
     )
 
 
-class RecoverySettings(_Section):
+class RecoverySettings(SettingsSection):
     """GPU reset / reboot request after the drain, then validation (needs policy.drain and an aggregator)."""
 
     enabled: bool = Field(

@@ -23,10 +23,9 @@ import structlog
 
 from agent.uplink.client import AggregatorClient, AggregatorError, NotFound
 from agent.uplink.permit_gate import PermitGate
-from core.aggregator_api import OPEN_DRAIN_PHASES
+from core.aggregator_api import OPEN_DRAIN_PHASES, DrainPhase
 from core.aggregator_api import CentralDrain as DrainRecord
 from core.steps import Drain, NodeFacts, Step, StepResult
-from remediation.executor.background_drain import DrainPhase
 from remediation.executor.contract import NodeExecutor, WrappingExecutor
 
 log = structlog.get_logger(__name__)

@@ -20,7 +20,8 @@ from aggregator.auth.oidc import OidcAuthenticator
 from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import load_token_file
 from aggregator.auth.unauthorized_log import UnauthorizedLog
-from aggregator.settings import AggregatorSettings, SettingsError
+from aggregator.settings import AggregatorSettings
+from core.settings import SettingsError
 
 log = structlog.get_logger(__name__)
 

@@ -20,8 +20,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aggregator.auth.principal import Role
-from aggregator.settings import MIN_TOKEN_LENGTH, SettingsError
+from aggregator.settings import MIN_TOKEN_LENGTH
 from core.aggregator_api import NODE_NAME_PATTERN
+from core.settings import SettingsError
 
 __all__ = ["MIN_TOKEN_LENGTH", "TokenEntry", "TokenFileError", "load_token_file", "token_sha256"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select, update
 
 from aggregator.store.tables import drains, permits
-from core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem
+from core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem, DrainPhase
 
 MAX_NEWS = 50  # a drain reports a handful of lines (started, outcome, requeue): more is a bug, not history
 
@@ -118,7 +118,7 @@ def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit:
             .values(owner=owner, lease_until=until, updated_at=now)
         ).rowcount
         if won == 1:  # another remediator may have taken it between the read and the update
-            resumed = row.phase == "running"
+            resumed = row.phase == DrainPhase.RUNNING
             taken.append(Claimed(row.permit_id, row.node, row.incident_id, row.deadline_s, resumed))
     return taken
 

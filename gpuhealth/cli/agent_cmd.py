@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_agent(args: argparse.Namespace) -> int:
     """Run the agent until a signal; 0 on a clean stop."""
-    from agent.settings import SettingsError, load_settings
+    from agent.settings import load_settings
+    from core.settings import SettingsError
 
     try:
         settings = load_settings(args.config)

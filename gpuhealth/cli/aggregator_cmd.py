@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_aggregator(args: argparse.Namespace) -> int:
     """Load the settings, open the store and serve until stopped."""
     from aggregator.server import serve
-    from aggregator.settings import SettingsError, load_settings
+    from aggregator.settings import load_settings
     from aggregator.store.engine import StoreError
+    from core.settings import SettingsError
 
     overrides: dict[str, Any] = {
         key: value

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from core.findings import Finding, Verdict
+from core.settings import default_node_name
 from core.snapshot import FabricReadings, NodeSnapshot
-from gpuhealth.cli.common import default_node_name, load_yaml_mapping
+from gpuhealth.cli.common import load_yaml_mapping
 from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.render import print_verdict
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,6 @@ from typing import Any
 import yaml
 
 from gpuhealth.cli.errors import CliError
-
-
-def default_node_name() -> str:
-    """The node's name: ``NODE_NAME`` (set from the downward API in the DaemonSet), else the hostname."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 def load_yaml_mapping(path: str | Path, *, exit_code: int = 2) -> dict[str, Any]:

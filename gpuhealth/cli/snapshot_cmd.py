@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuhealth.cli.common import default_node_name, write_atomically
+from core.settings import default_node_name
+from gpuhealth.cli.common import write_atomically
 
 EXIT_UNKNOWN = 3
 

@@ -13,19 +13,10 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from core.aggregator_api import DrainPhase
 from remediation.executor.worker_thread import start_worker, wait_for_worker
-
-
-class DrainPhase(StrEnum):
-    """Where the node's drain for one incident stands."""
-
-    RUNNING = "running"
-    COMPLETE = "complete"  # the orchestrator finished the drain: nothing that had to go is left
-    INCOMPLETE = "incomplete"  # something stayed (refused, blocked, cancelled, or the deadline passed)
-    FAILED = "failed"  # the drain could not run at all
 
 
 @dataclass(frozen=True)

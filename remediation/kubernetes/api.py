@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
+from remediation.kubernetes.errors import api_error
 from remediation.kubernetes.names import EVENT_NAMESPACE
 from remediation.kubernetes.node_view import JsonObject
 from remediation.kubernetes.rest import JSON, STRATEGIC_MERGE_PATCH, RestClient, Timeout, parse_json
@@ -102,8 +104,7 @@ class NodeApi:
         }
         if resource_version is not None:
             kwargs["resource_version"] = resource_version
-        events: Iterator[Any] = stream.stream(self.list_nodes, **kwargs)
-        return events
+        return _typed_errors(stream.stream(self.list_nodes, **kwargs))
 
     def list_nodes(
         self,
@@ -167,3 +168,11 @@ class NodeStream:
     def stop(self) -> None:
         """End the stream now (shuts its socket; the iterating thread sees the end at once)."""
         self._watch.stop()
+
+
+def _typed_errors(events: Iterator[Any]) -> Iterator[Any]:
+    """The events, with the client's own ``ApiException`` (a watch ERROR event: 410 Expired) typed."""
+    try:
+        yield from events
+    except ApiException as error:
+        raise api_error(error) from error

@@ -20,6 +20,7 @@ taint meanwhile instead of trusting device taints that are not there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ from typing import Any
 import structlog
 
 from core.steps import SetDeviceTaints, TaintEffect
+from remediation.kubernetes.errors import KubeNotFound
 from remediation.kubernetes.names import (
     DEVICE_TAINT_GPU_ANNOTATION,
     DEVICE_TAINT_NODE_LABEL,
@@ -156,10 +158,8 @@ class DeviceTaints:
         """The collection path of each resource in the newest version that serves it."""
         try:
             group = self._rest.json("GET", f"/apis/{GROUP}")
-        except Exception as error:
-            if getattr(error, "status", None) == 404:
-                return {}
-            raise
+        except KubeNotFound:
+            return {}
         served = {str(v.get("version")) for v in group.get("versions") or []}
         paths: dict[str, str] = {}
         for version in (v for v in VERSIONS if v in served):
@@ -215,11 +215,8 @@ class DeviceTaints:
         metadata = rule["metadata"]
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": metadata.get("uid")}}
         path = f"{self._path('devicetaintrules')}/{metadata['name']}"
-        try:
+        with contextlib.suppress(KubeNotFound):  # already gone: what we wanted
             self._rest.request("DELETE", path, body=body, content_type=JSON).release_conn()
-        except Exception as error:
-            if getattr(error, "status", None) != 404:  # already gone: what we wanted
-                raise
 
     def _send(self, body: JsonObject, content_type: str = JSON) -> dict[str, Any]:
         return {"body": body, "content_type": content_type, "query": [("fieldManager", self._field_manager)]}

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+from kubernetes.client.exceptions import ApiException
+
 from core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError, PodRef, build_map
 from remediation.kubernetes.rest import JsonObject, RestClient
 
@@ -80,5 +82,4 @@ def _allocated(rest: RestClient, namespace: str, name: str) -> list[DraKey]:
 
 
 def _one_line(error: BaseException) -> str:
-    status = getattr(error, "status", None)
-    return f"HTTP {status}" if status else type(error).__name__
+    return f"HTTP {error.status}" if isinstance(error, ApiException) else type(error).__name__

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,8 +54,11 @@ from remediation.kubernetes.api import NodeApi
 from remediation.kubernetes.device_taints import DeviceTaints
 from remediation.kubernetes.drain.runner import DrainRunner, DrainSetup, DrainState
 from remediation.kubernetes.errors import (
+    KubeConflict,
     KubeExecutorError,
-    KubeForbidden,
+    KubeNotFound,
+    KubeRefused,
+    api_error,
     is_refusal,
     refusal_of,
 )
@@ -68,9 +70,6 @@ from remediation.kubernetes.retry import Failure, RetryPolicy
 from remediation.kubernetes.settings import RetrySettings
 
 log = structlog.get_logger(__name__)
-
-HTTP_CONFLICT = 409
-HTTP_NOT_FOUND = 404
 
 
 class KubernetesExecutor(ExecutorCommon[DrainState]):
@@ -153,10 +152,10 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
             return self._watch.facts()
         try:
             self._read_node()
+        except KubeNotFound:
+            self._watch.record(None)
+            return self._watch.facts()
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
-                self._watch.record(None)
-                return self._watch.facts()
             self._log.warning("could not read the node", error=_one_line(error))
             if not self._watch.synced:
                 return NodeFacts(exists=False)
@@ -323,8 +322,8 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         try:
             with _refusal_named("create", "events"):
                 self._api.create_event(body)
-        except ApiException as error:
-            if error.status == HTTP_CONFLICT and _status_reason(error) == "AlreadyExists":
+        except KubeConflict as error:
+            if error.already_exists:
                 return "already recorded"  # same key as an Event a previous run emitted: one Event
             raise
         return "event recorded"
@@ -378,29 +377,19 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
 
 @contextlib.contextmanager
 def _refusal_named(verb: str, resource: str) -> Iterator[None]:
-    """A refusal inside (a 403, or an admission policy's 422) becomes ``KubeForbidden`` naming ``verb`` and
+    """A refusal inside (a 403, or an admission policy's 422) becomes ``KubeRefused`` naming ``verb`` and
     ``resource`` (what RBAC must grant, or what the policy refused)."""
     try:
         yield
     except ApiException as error:
-        if isinstance(error, KubeForbidden) or not is_refusal(error):
+        if isinstance(error, KubeRefused) or not is_refusal(error):
             raise
-        raise KubeForbidden(error, refusal_of(error, verb=verb, resource=resource)) from error
-
-
-def _status_reason(error: ApiException) -> str | None:
-    """The ``reason`` of the Status body the API server sent (AlreadyExists vs Conflict share 409)."""
-    try:
-        body = json.loads(error.body or "{}")
-    except (TypeError, ValueError):
-        return None
-    reason = body.get("reason") if isinstance(body, dict) else None
-    return str(reason) if reason is not None else None
+        raise KubeRefused(error, refusal_of(error, verb=verb, resource=resource)) from error
 
 
 def _one_line(error: BaseException) -> str:
     if isinstance(error, ApiException):
-        return f"HTTP {error.status} {error.reason}"
+        return api_error(error).one_line()
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 

@@ -34,7 +34,7 @@ def gpu_pods(api_client: client.ApiClient, node: str, *, request_timeout_s: floa
     try:
         answer = rest.json("GET", PODS_PATH, query=[("fieldSelector", f"spec.nodeName={node}")])
     except ApiException as error:
-        raise IdleProbeError(f"could not list the pods of {node}: HTTP {error.status}") from None
+        raise IdleProbeError(f"could not list the pods of {node}: HTTP {error.status}") from error
     except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
         raise IdleProbeError(f"could not list the pods of {node}: {type(error).__name__}") from None
     items: list[JsonObject] = answer.get("items") or []

@@ -15,17 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import structlog
-from kubernetes.client.exceptions import ApiException
 
 from core.steps import NodeFacts
 from remediation.executor.node_cache import NodeCache
 from remediation.kubernetes.api import NodeApi, NodeStream
+from remediation.kubernetes.errors import KubeGone
 from remediation.kubernetes.node_view import JsonObject, node_facts, resource_version_of
 from remediation.kubernetes.retry import classify
 
 log = structlog.get_logger(__name__)
-
-HTTP_GONE = 410
 
 
 class NodeWatch(NodeCache[JsonObject]):
@@ -130,12 +128,9 @@ class NodeWatch(NodeCache[JsonObject]):
                 if time.monotonic() - opened < 1.0:
                     # A server (or proxy) that ends every watch at once must not get a tight reconnect loop.
                     self._stopping.wait(self._backoff_initial_s)
-            except ApiException as error:
-                if error.status == HTTP_GONE:
-                    log.info("node watch expired, listing again", node=self._node_name)
-                    version = None
-                    continue
-                backoff = self._pause(error, backoff)
+            except KubeGone:
+                log.info("node watch expired, listing again", node=self._node_name)
+                version = None
             except Exception as error:  # noqa: BLE001 - the watch thread must survive any transport failure
                 if self._stopping.is_set():
                     break

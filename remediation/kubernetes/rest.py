@@ -16,6 +16,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from remediation.kubernetes.errors import api_error
+
 JsonObject = dict[str, Any]
 Timeout = float | tuple[float, float]
 
@@ -45,7 +47,7 @@ class RestClient:
         content_type: str | None = None,
         timeout: Timeout | None = None,
     ) -> Any:
-        """The unread urllib3 response on 2xx, else the client's ``ApiException`` subclass (with the
+        """The unread urllib3 response on 2xx, else the typed ``KubeApiError`` for the status (with the
         server's Status body and headers, so ``Retry-After`` can be read). Transport failures surface as
         urllib3 errors."""
         with self._lock:
@@ -64,7 +66,7 @@ class RestClient:
         response = self._client.call_api(*serialized, _request_timeout=timeout or self._timeout)
         if not 200 <= response.status <= 299:
             response.read()
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
+            raise api_error(ApiException(http_resp=response))
         return response.response
 
     def json(self, method: str, path: str, **kwargs: Any) -> JsonObject:

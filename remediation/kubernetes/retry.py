@@ -3,7 +3,7 @@
 Retryable: 429 (waiting what ``Retry-After`` says), 500/502/503/504, 409 Conflict (the operation re-reads the
 node and re-applies), and transport failures (connection refused or reset, timeouts) that urllib3 raises.
 Everything else (400, 403, 404, 422 ...) fails at once: asking again would get the same answer. A 403 the
-executor made (``KubeForbidden``) carries its ``Refusal``; the executor logs it once and holds its writes.
+executor made (``KubeRefused``) carries its ``Refusal``; the executor logs it once and holds its writes.
 
 The deadline is short on purpose: the agent loop re-plans and re-applies on its next tick, so an outage of
 minutes costs a few failed ticks, never a loop blocked for minutes.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Generic, TypeVar
 
 import structlog
@@ -21,14 +22,23 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from remediation.kubernetes.errors import KubeForbidden, Refusal
+from remediation.kubernetes.errors import KubeRefused, Refusal, api_error
 from remediation.kubernetes.settings import RetrySettings
 
 log = structlog.get_logger(__name__)
 
 Result = TypeVar("Result")
 
-RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+RETRYABLE_STATUSES = frozenset(
+    {
+        HTTPStatus.CONFLICT,
+        HTTPStatus.TOO_MANY_REQUESTS,
+        HTTPStatus.INTERNAL_SERVER_ERROR,
+        HTTPStatus.BAD_GATEWAY,
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        HTTPStatus.GATEWAY_TIMEOUT,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -49,28 +59,23 @@ class Failure:
     @property
     def server_unavailable(self) -> bool:
         """The server is down, unreachable or throttling us (not a problem with this one request)."""
-        return self.status in {0, 429} or self.status >= 500
+        return (
+            self.status in {0, HTTPStatus.TOO_MANY_REQUESTS}
+            or self.status >= HTTPStatus.INTERNAL_SERVER_ERROR
+        )
 
     def describe(self) -> str:
         """One line for StepResult.detail and logs."""
         return f"HTTP {self.status} {self.reason}" if self.status else f"transport error: {self.reason}"
 
 
-def _retry_after(error: ApiException) -> float | None:
-    headers = error.headers or {}
-    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
-    try:
-        return max(float(raw), 0.0) if raw is not None else None
-    except ValueError:
-        return None  # an HTTP-date form; fall back to our own backoff
-
-
 def classify(error: BaseException) -> Failure | None:
     """Describe an API or transport error; None for anything else (a bug, which must not be retried)."""
     if isinstance(error, ApiException):
-        reason = str(error.reason or "").splitlines()[0] if error.reason else "error"
-        refusal = error.refusal if isinstance(error, KubeForbidden) else None
-        return Failure(int(error.status or 0) or 500, reason, _retry_after(error), refusal)
+        typed = api_error(error)
+        reason = str(typed.reason or "").splitlines()[0] if typed.reason else "error"
+        refusal = typed.refusal if isinstance(typed, KubeRefused) else None
+        return Failure(int(typed.status or 0) or 500, reason, typed.retry_after_s, refusal)
     if isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return Failure(0, type(error).__name__)
     return None

@@ -14,6 +14,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 import nomad
@@ -37,10 +38,6 @@ from remediation.nomad.settings import NomadSettings
 JsonObject = dict[str, Any]
 Result = TypeVar("Result")
 
-HTTP_FORBIDDEN = 403
-HTTP_NOT_FOUND = 404
-HTTP_TOO_MANY = 429
-HTTP_SERVER_ERROR = 500
 NANOSECONDS = 1_000_000_000
 INDEX_HEADER = "X-Nomad-Index"
 BLOCKING_SLACK_S = 5.0  # Nomad adds up to wait/16 of jitter to a blocking query: read a little longer
@@ -294,11 +291,11 @@ def _mapped(exc: Any) -> NomadError:
         return NomadUnavailable(_transport_reason(response if isinstance(response, BaseException) else exc))
     status = response.status_code
     text = _short(response.text) or response.reason or "error"
-    if status == HTTP_FORBIDDEN:
+    if status == HTTPStatus.FORBIDDEN:
         return NomadForbidden(f"permission denied: {text}", status=status)
-    if status == HTTP_NOT_FOUND:
+    if status == HTTPStatus.NOT_FOUND:
         return NomadNotFound(text, status=status)
-    if status == HTTP_TOO_MANY or status >= HTTP_SERVER_ERROR:
+    if status == HTTPStatus.TOO_MANY_REQUESTS or status >= HTTPStatus.INTERNAL_SERVER_ERROR:
         return NomadUnavailable(text, status=status)
     return NomadRejected(text, status=status)
 

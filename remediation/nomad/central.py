@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from remediation.executor.background_drain import DrainPhase, DrainState, DrainUpdate
+from core.aggregator_api import DrainPhase
+from remediation.executor.background_drain import DrainState, DrainUpdate
 from remediation.nomad.api import NomadApi
 from remediation.nomad.drain import NomadDrainRunner, NomadDrainSetup
 from remediation.nomad.retry import NomadRetry

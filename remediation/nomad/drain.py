@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from remediation.executor.background_drain import BackgroundDrain, DrainPhase, DrainState, DrainUpdate
+from core.aggregator_api import DrainPhase
+from remediation.executor.background_drain import BackgroundDrain, DrainState, DrainUpdate
 from remediation.nomad.errors import NomadError
 from remediation.nomad.node_view import (
     DRAIN_META_INCIDENT,

@@ -10,8 +10,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from core.settings import SettingsSection
 from remediation.executor.token_source import token_from_env_or_file
 from remediation.nomad.errors import NomadConfigError
 
@@ -19,11 +20,7 @@ NOMAD_TOKEN_ENV = "NOMAD_TOKEN"  # noqa: S105 - the variable's name, not a secre
 DEFAULT_ADDRESS = "http://127.0.0.1:4646"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NomadTlsSettings(_Section):
+class NomadTlsSettings(SettingsSection):
     """TLS towards the Nomad agent (mutual TLS when the cluster requires client certificates)."""
 
     ca_file: Path | None = Field(default=None, description="CA bundle that signed the agent's certificate.")
@@ -32,7 +29,7 @@ class NomadTlsSettings(_Section):
     verify: bool = Field(default=True, description="Verify the agent's certificate (off only for testing).")
 
 
-class NomadRetrySettings(_Section):
+class NomadRetrySettings(SettingsSection):
     """How one step is retried against Nomad (connection errors, timeouts, 5xx and 429 only)."""
 
     attempts: int = Field(default=6, ge=1, description="Most attempts per step, the first included.")
@@ -46,7 +43,7 @@ class NomadRetrySettings(_Section):
     request_timeout_s: float = Field(default=5.0, gt=0, description="Connect and read timeout per request.")
 
 
-class NomadSettings(_Section):
+class NomadSettings(SettingsSection):
     """How the agent reaches Nomad when ``orchestrator: nomad`` (the token: NOMAD_TOKEN, else token_file)."""
 
     address: str = Field(

@@ -11,10 +11,11 @@ from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
 from repo_paths import DOCS
 
-from aggregator.settings import AggregatorSettings, SettingsError, load_settings
+from aggregator.settings import AggregatorSettings, load_settings
 from aggregator.store.engine import StoreError, open_database
 from aggregator.store.tables import metadata
 from aggregator.timespec import TimeSpecError, parse_since, relative
+from core.settings import SettingsError
 from tests.aggregator.builders import AUTH, TOKEN, report
 
 

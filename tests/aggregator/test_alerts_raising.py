@@ -9,9 +9,10 @@ import pytest
 from waiting import wait_until
 
 from aggregator.alerts.outbox import sinks_for
-from aggregator.settings import SettingsError, load_settings
+from aggregator.settings import load_settings
 from core.alerts_api import Alert
 from core.clock import ManualClock
+from core.settings import SettingsError
 from tests.aggregator.builders import AUTH, TOKEN, report
 from tests.aggregator.conftest import MakeClient
 

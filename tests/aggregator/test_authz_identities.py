@@ -17,7 +17,8 @@ from aggregator.auth.chain import AuthChain, Caller, NotAuthenticated, build_cha
 from aggregator.auth.principal import AuthMethod, Principal, Role
 from aggregator.auth.token_file import MIN_TOKEN_LENGTH, TokenFileError, load_token_file, token_sha256
 from aggregator.auth.unauthorized_log import UnauthorizedLog
-from aggregator.settings import SettingsError, load_settings
+from aggregator.settings import load_settings
+from core.settings import SettingsError
 
 TOKEN = "a" * MIN_TOKEN_LENGTH
 HASH = token_sha256(TOKEN)

@@ -19,8 +19,9 @@ from aggregator.remediator import Remediator
 from aggregator.remediator_settings import RemediatorSettings
 from aggregator.settings import load_settings
 from aggregator.store.engine import Database, open_database
+from core.aggregator_api import DrainPhase
 from core.clock import ManualClock
-from remediation.executor.background_drain import DrainPhase, DrainState, DrainUpdate
+from remediation.executor.background_drain import DrainState, DrainUpdate
 from tests.aggregator.builders import AUTH, TOKEN, report
 from tests.aggregator.conftest import MakeClient
 

@@ -17,10 +17,11 @@ from sqlalchemy import event, insert
 from aggregator.app import create_app
 from aggregator.auth.token_file import token_sha256
 from aggregator.metrics import AggregatorMetrics
-from aggregator.settings import MIN_TOKEN_LENGTH, SettingsError, load_settings
+from aggregator.settings import MIN_TOKEN_LENGTH, load_settings
 from aggregator.store.engine import Database, open_database
 from aggregator.store.tables import nodes
 from core.clock import ManualClock
+from core.settings import SettingsError
 from tests.aggregator.builders import TOKEN
 
 METRICS_TOKEN = "metrics-token-0123456789abcdef0123456789"

@@ -21,7 +21,6 @@ from executor_defaults import PerfectNode
 from live_aggregator import LiveAggregator
 
 from agent.settings import AgentSettings, HttpSettings
-from agent.settings import SettingsError as AgentSettingsError
 from agent.uplink.client import (
     AggregatorClient,
     AggregatorError,
@@ -31,8 +30,10 @@ from agent.uplink.client import (
 from agent.wiring import build_agent
 from aggregator.auth.chain import build_chain
 from aggregator.server import tls_options
-from aggregator.settings import SettingsError, load_settings
+from aggregator.settings import load_settings
 from core.clock import ManualClock
+from core.settings import SettingsError
+from core.settings import SettingsError as AgentSettingsError
 from gpuhealth.cli.main import main as cli_main
 from sim.fakes.nvml import FakeNvml
 from tests.aggregator.builders import TOKEN

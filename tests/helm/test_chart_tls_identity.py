@@ -14,7 +14,7 @@ from certificates import write_tls_files
 
 from agent.settings import load_settings
 from aggregator.server import tls_options
-from aggregator.settings import SettingsError
+from core.settings import SettingsError
 from tests.helm.conftest import NAMESPACE, RELEASE, Manifest, Render, by_kind, component_of, one
 from tests.helm.test_aggregator_chart import (
     SECRETS_DIR,

@@ -20,13 +20,13 @@ cordoned: a budget is never overridden, the caller decides whether to try again 
 
 from __future__ import annotations
 
-import json
 import random as random_module
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ALL_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
+from http import HTTPStatus
 from typing import Any
 
 import structlog
@@ -47,13 +47,20 @@ from remediation.kubernetes.drain.policy import (
     is_job_pod,
 )
 from remediation.kubernetes.drain.report import DrainReport, PodOutcome, PodReport
+from remediation.kubernetes.errors import (
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    KubeServerError,
+    KubeTooManyRequests,
+    api_error,
+)
 from remediation.kubernetes.rest import JsonObject
 from remediation.kubernetes.retry import RetryPolicy
 from remediation.kubernetes.settings import RetrySettings
 
 log = structlog.get_logger(__name__)
 
-TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 KeptPods = Callable[[Sequence[JsonObject]], Mapping[str, str]]
 """Given the node's pods, the uids of those to leave on the node, each with why (requeue mode ``off``)."""
@@ -261,15 +268,17 @@ class Drainer:
                 )
                 return _EvictResult(attempts)
             except ApiException as error:
-                status, reason, retry_after = _describe(error)
+                refused = api_error(error)
+                reason, retry_after = f"HTTP {refused.status}: {refused.message}", refused.retry_after_s
+                final, blocked = _final_outcome(refused, reason), isinstance(refused, KubeTooManyRequests)
             except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as error:
-                status, reason, retry_after = 0, f"transport error: {type(error).__name__}", None
-            final = _final_outcome(status, reason)
+                reason, retry_after = f"transport error: {type(error).__name__}", None
+                final, blocked = None, False
             if final is not None:
                 return _EvictResult(attempts, *final)
             wait_s = self._backoff(attempts, retry_after)
             if self._clock.monotonic() + wait_s > pod.stop_at:
-                outcome = PodOutcome.BLOCKED if status == 429 else PodOutcome.FAILED
+                outcome = PodOutcome.BLOCKED if blocked else PodOutcome.FAILED
                 return _EvictResult(attempts, outcome, f"{reason} (gave up at the deadline)")
             log.debug("eviction refused, retrying", pod=f"{pod.namespace}/{pod.name}", wait_s=wait_s)
             self._sleep(wait_s)
@@ -379,34 +388,18 @@ def _finished_batch(current: JsonObject, pod: _Pod) -> bool:
     return pod.decision.mode is DrainMode.ALLOW_COMPLETION and phase in FINISHED_PHASES
 
 
-def _describe(error: ApiException) -> tuple[int, str, float | None]:
-    """HTTP status, the server's one-line message (or reason), and Retry-After in seconds."""
-    status = int(error.status or 0)
-    reason = str(error.reason or "error")
-    try:
-        message = json.loads(error.body or "{}").get("message")
-        reason = str(message).splitlines()[0] if message else reason
-    except ValueError:
-        pass
-    headers = error.headers or {}
-    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
-    try:
-        retry_after = max(float(raw), 0.0) if raw is not None else None
-    except ValueError:
-        retry_after = None
-    return status, f"HTTP {status}: {reason}", retry_after
-
-
-def _final_outcome(status: int, reason: str) -> tuple[PodOutcome, str] | None:
-    """The outcome an answer settles at once; None when it is worth asking again (429, 5xx but 500, I/O)."""
-    if status == 404:
+def _final_outcome(refused: KubeApiError, reason: str) -> tuple[PodOutcome, str] | None:
+    """The outcome an answer settles at once; None when it is worth asking again (429, 5xx but 500)."""
+    if isinstance(refused, KubeNotFound):
         return PodOutcome.GONE, "already gone (404)"
-    if status == 409:
+    if isinstance(refused, KubeConflict):
         return PodOutcome.GONE, "replaced: the name now belongs to a pod with another UID (409)"
-    if status == 0 or status in TRANSIENT_STATUSES:
-        return None
-    if status == 500:
-        return PodOutcome.FAILED, f"{reason} (several PodDisruptionBudgets match: fix the budgets)"
+    if isinstance(refused, KubeTooManyRequests):
+        return None  # a PodDisruptionBudget says not now (or the server throttles): ask again
+    if isinstance(refused, KubeServerError):
+        if refused.status == HTTPStatus.INTERNAL_SERVER_ERROR:
+            return PodOutcome.FAILED, f"{reason} (several PodDisruptionBudgets match: fix the budgets)"
+        return None  # 502/503/504: the server is going or coming back
     return PodOutcome.FAILED, reason
 
 

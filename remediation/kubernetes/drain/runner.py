@@ -24,9 +24,10 @@ import urllib3.exceptions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from core.aggregator_api import DrainPhase
 from core.clock import Clock
 from core.gpu_pods import DraKey, GpuPodMap, GpuPodMapError
-from remediation.executor.background_drain import BackgroundDrain, DrainPhase, DrainUpdate
+from remediation.executor.background_drain import BackgroundDrain, DrainUpdate
 from remediation.executor.background_drain import DrainState as DrainStateBase
 from remediation.kubernetes.dra_claims import claims_gpu_pod_map
 from remediation.kubernetes.drain.drainer import Drainer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import structlog
 import urllib3
@@ -17,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from core.clock import Clock
+from remediation.kubernetes.errors import KubeConflict, KubeNotFound
 from remediation.kubernetes.requeue.decisions import (
     PYTORCH_JOB_NAME_LABEL,
     Decision,
@@ -59,8 +61,6 @@ POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
 KUEUE_WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{namespace}/workloads"
 VOLCANO_COMMANDS_PATH = "/apis/bus.volcano.sh/v1alpha1/namespaces/{namespace}/commands"
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 CLAIM_ATTEMPTS = 5
 POLL_INITIAL_S = 0.2
 POLL_MAX_S = 4.0
@@ -92,10 +92,8 @@ class RequeueApi:
         """The object at ``ref``, or None when it is gone (or is another object by now: uid differs)."""
         try:
             found = self._rest.json("GET", ref.path)
-        except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
-                return None
-            raise
+        except KubeNotFound:
+            return None
         uid = (found.get("metadata") or {}).get("uid")
         return None if ref.uid and uid != ref.uid else found
 
@@ -108,19 +106,15 @@ class RequeueApi:
             return self._rest.json(
                 "PATCH", ref.path, query=self._write_query, body=body, content_type=MERGE_PATCH
             )
-        except ApiException as error:
-            if error.status == HTTP_CONFLICT:
-                raise WriteConflict(f"{ref.describe()} changed since it was read") from error
-            raise
+        except KubeConflict as error:
+            raise WriteConflict(f"{ref.describe()} changed since it was read") from error
 
     def list_workloads(self, namespace: str) -> list[JsonObject]:
         """The Kueue Workloads of ``namespace`` (an empty list when Kueue is not installed)."""
         try:
             answer = self._rest.json("GET", KUEUE_WORKLOADS_PATH, path_params={"namespace": namespace})
-        except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
-                return []
-            raise
+        except KubeNotFound:
+            return []
         items: list[JsonObject] = answer.get("items") or []
         return items
 
@@ -139,10 +133,8 @@ class RequeueApi:
         path_params = {"namespace": namespace, "name": name}
         try:
             self._rest.json("DELETE", POD_PATH, path_params=path_params, body=body, content_type=JSON)
-        except ApiException as error:
-            if error.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):  # gone, or already replaced by a new UID
-                return False
-            raise
+        except (KubeNotFound, KubeConflict):  # gone, or already replaced by a new UID
+            return False
         return True
 
     def create_volcano_command(self, namespace: str, body: JsonObject) -> JsonObject:
@@ -390,7 +382,7 @@ class Requeuer:
                 return Result.REQUEUED
             except WriteConflict:
                 current = self.api.get(ref)  # someone wrote in between: was it a claim for this incident?
-        raise ApiException(status=HTTP_CONFLICT, reason=f"{ref.describe()} kept changing; not claimed")
+        raise KubeConflict(HTTPStatus.CONFLICT, f"{ref.describe()} kept changing; not claimed")
 
     def _carry_out(self, chain: OwnerChain, decision: Decision, incident_id: str, node: str) -> bool | None:
         """The action's writes after the claim; for toggles, whether the first half was seen to take."""
@@ -447,7 +439,7 @@ class Requeuer:
         try:
             self.api.create_event(namespace, body)
         except API_ERRORS as error:
-            if isinstance(error, ApiException) and error.status == HTTP_CONFLICT:
+            if isinstance(error, KubeConflict):
                 return ""  # AlreadyExists: a repeated call of this incident recorded it
             log.warning("requeue event not recorded", namespace=namespace, error=str(error))
             return f"; Event not recorded ({_describe_error(error)})"

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from repo_paths import DOCS
 
-from agent.settings import AgentSettings, SettingsError, load_settings
-from agent.settings_doc import DocError, main, render, settings_table
+from agent.settings import AgentSettings, load_settings
+from agent.settings_doc import main, render, settings_table
+from core.docblocks import DocError
+from core.settings import SettingsError
 
 DOC = DOCS / "agent.md"
 

@@ -9,8 +9,9 @@ import pytest
 import structlog
 from pydantic import ValidationError
 
-from agent.settings import SettingsError, load_settings
+from agent.settings import load_settings
 from core.aggregator_api import Report, is_accepted_node_name
+from core.settings import SettingsError
 from gpuhealth.cli.agent_cmd import EXIT_BAD_SETTINGS
 from gpuhealth.cli.main import main
 

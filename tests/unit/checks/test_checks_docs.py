@@ -8,8 +8,9 @@ import pytest
 from repo_paths import DOCS
 
 from checks.config import ChecksConfig
-from checks.docgen import DocError, config_table, main, render, xid_table
+from checks.docgen import config_table, main, render, xid_table
 from checks.xid_catalogue import CATALOGUE
+from core.docblocks import DocError
 
 DOC = DOCS / "checks.md"
 
@@ -43,3 +44,14 @@ def test_check_mode_reports_a_stale_document(tmp_path: Path) -> None:
 def test_a_document_without_markers_is_an_error() -> None:
     with pytest.raises(DocError, match="xid-catalogue"):
         render("<!-- BEGIN GENERATED: config -->\n<!-- END GENERATED: config -->\n")
+
+
+def test_the_generator_says_in_one_line_when_the_markers_are_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = tmp_path / "checks.md"
+    document.write_text("# no generated blocks here\n", encoding="utf-8")
+    assert main([str(document), "--check"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "has no BEGIN/END markers" in error
+    assert main([str(tmp_path / "missing.md")]) == 1  # an unreadable file: one line too, no traceback

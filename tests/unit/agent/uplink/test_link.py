@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from waiting import HANG_GUARD_S, wait_until
 
 from agent.loop import Agent
-from agent.settings import AgentSettings, HttpSettings, SettingsError, aggregator_token
+from agent.settings import AgentSettings, HttpSettings, aggregator_token
 from agent.uplink.client import AggregatorClient
 from agent.uplink.link import AggregatorLink
 from agent.uplink.outbox import ReportOutbox
@@ -28,6 +28,7 @@ from core.aggregator_api import Report
 from core.clock import ManualClock
 from core.findings import Action, Status, Verdict
 from core.health import NodeState
+from core.settings import SettingsError
 from core.steps import Cordon, RequestPermit, SetTaint, Step
 from sim.fakes.nvml import FakeNvml
 
