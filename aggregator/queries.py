@@ -160,7 +160,8 @@ def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None
     )
 
 
-def _incident_from_row(row: Any) -> IncidentSummary:
+def _incident_from_row(row: Any, extras: dict[str, dict[str, Any]]) -> IncidentSummary:
+    extra = extras.get(row.id, {})
     return IncidentSummary(
         id=row.id,
         node=row.node,
@@ -169,13 +170,51 @@ def _incident_from_row(row: Any) -> IncidentSummary:
         reasons=row.reasons,
         action=row.action,
         open=row.ended_at is None,
+        gpus=extra.get("gpus") or [],
+        opened_by=extra.get("opened_by") or [],
     )
+
+
+def _incident_extras(conn: Connection, rows: list[Any]) -> dict[str, dict[str, Any]]:
+    """Each incident's GPUs and opening findings. The findings, and the GPUs of a closed incident, are what
+    its opening recorded; the GPUs of an open one are those its node's row marks ``in_incident`` (the ones
+    the grid draws red, so that every view names the same GPUs, a GPU that failed later included)."""
+    if not rows:
+        return {}
+    ids = [row.id for row in rows]
+    opened = conn.execute(
+        select(events.c.incident_id, events.c.details).where(
+            events.c.kind == "incident_opened", events.c.incident_id.in_(ids)
+        )
+    )
+    extras: dict[str, dict[str, Any]] = {
+        str(incident_id): {"gpus": details.get("gpus") or [], "opened_by": details.get("opened_by") or []}
+        for incident_id, details in opened
+        if isinstance(details, dict)
+    }
+    open_ids = {row.id for row in rows if row.ended_at is None}
+    if open_ids:
+        marked = conn.execute(
+            select(nodes.c.incident_id, nodes.c.gpus).where(nodes.c.incident_id.in_(open_ids))
+        )
+        for incident_id, gpus in marked:
+            held = sorted(
+                (gpu for gpu in gpus or [] if gpu.get("in_incident")),
+                key=lambda gpu: int(gpu.get("index", 0)),
+            )
+            if held:
+                extras.setdefault(str(incident_id), {})["gpus"] = [_incident_gpu(gpu) for gpu in held]
+    return extras
+
+
+def _incident_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
+    return {key: gpu.get(key) for key in ("uuid", "index", "pci_bus_id", "serial", "name")}
 
 
 def incident_summary(conn: Connection, incident_id: str) -> IncidentSummary | None:
     """One incident without its timeline, or None."""
     row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).first()
-    return _incident_from_row(row) if row is not None else None
+    return _incident_from_row(row, _incident_extras(conn, [row])) if row is not None else None
 
 
 def incident_detail(conn: Connection, incident_id: str) -> IncidentDetail | None:
@@ -203,7 +242,9 @@ def incident_list(
         query = query.where(incidents.c.ended_at.is_(None))
     if since is not None:
         query = query.where((incidents.c.ended_at.is_(None)) | (incidents.c.ended_at >= since))
-    return [_incident_from_row(row) for row in conn.execute(query)]
+    rows = list(conn.execute(query))
+    extras = _incident_extras(conn, rows)
+    return [_incident_from_row(row, extras) for row in rows]
 
 
 def event_list(
