@@ -603,33 +603,53 @@ def print_breaker(status: BreakerStatus, now: datetime) -> None:
 
 
 def print_node(detail: NodeDetail, now: datetime) -> None:
-    """Headline, GPUs, findings, incident, pending requests, permit and timeline."""
+    """Headline, GPUs, findings, incident, pending requests, permit and timeline. While an incident is open
+    its action heads the node and its GPUs are marked, even once the findings that opened it cleared."""
     console = _console()
-    headline = f"[bold]{escape(detail.name)}[/] ({detail.orchestrator}): "
+    incident = detail.incident if detail.incident and detail.incident.open else None
+    action = incident.action if incident is not None else detail.action
     console.print(
-        headline,
-        _state(detail.state),
-        f" action {detail.action.value}, last report",
-        _when(detail.last_report_at, now),
+        Text.assemble(
+            (detail.name, "bold"),
+            f" ({detail.orchestrator}): ",
+            _state(detail.state),
+            f" action {action.value}" + (" (its incident's)" if incident and action != detail.action else ""),
+            f", last report {_when(detail.last_report_at, now)}",
+        )
     )
     if detail.hold:
         console.print(f"[red]held until a human releases it:[/] {escape(detail.hold)}")
+    in_incident = {gpu.uuid for gpu in incident.gpus} if incident is not None else set()
+    index = {gpu.uuid: gpu.index for gpu in detail.gpus}
     if detail.gpus:
-        gpus = _table("GPU", "UUID", "NAME", "STATUS")
+        gpus = _table("GPU", "MODEL", "SERIAL", "PCI", "UUID", "STATUS")
         for gpu in detail.gpus:
-            gpus.add_row(str(gpu.index), Text(gpu.uuid), Text(gpu.name or "-"), status_text(gpu.status))
+            status = status_text(gpu.status)
+            if gpu.uuid in in_incident:
+                status = Text.assemble(status, (", in the open incident", "bold red"))
+            gpus.add_row(
+                str(gpu.index),
+                Text(gpu.name or "-"),
+                Text(gpu.serial or "-"),
+                Text(gpu.pci_bus_id or "-"),
+                Text(gpu.uuid),
+                status,
+            )
         console.print(gpus)
     if detail.findings:
         findings = _table("GPU", "STATUS", "CODE", "ACTION", "MESSAGE")
         for finding in detail.findings:
+            where = "node" if finding.gpu is None else str(index.get(finding.gpu, finding.gpu))
             findings.add_row(
-                Text(finding.gpu or "node"),
+                Text(where),
                 status_text(finding.status),
                 Text(finding.code),
                 finding.action.value,
                 Text(finding.message),
             )
         console.print(findings)
+    elif incident is not None:
+        console.print("no findings now; the incident stays open until the node is validated and released")
     if detail.incident:
         print_incident_head(detail.incident, now, console)
     for request in detail.pending_requests:
@@ -652,14 +672,11 @@ def print_incident_head(incident: IncidentSummary, now: datetime, console: Conso
         f"{escape(', '.join(incident.reasons)) or '-'}; action {incident.action.value}"
     )
     for gpu in incident.gpus:
-        console.print("  ", Text(gpu_text(gpu), style="bold red"))
+        console.print(Text.assemble("  ", (gpu_text(gpu), "bold red")))
     index = {gpu.uuid: gpu.index for gpu in incident.gpus}
     for finding in incident.opened_by:
         on = f"GPU {index.get(finding.gpu, finding.gpu)}" if finding.gpu else "the node"
-        console.print(
-            "  opened by ",
-            Text(f"{finding.code} on {on}: {finding.message} ({finding.action.value})"),
-        )
+        console.print(Text(f"  opened by {finding.code} on {on}: {finding.message} ({finding.action.value})"))
 
 
 def print_events(events: list[Event], now: datetime, console: Console | None = None) -> None:

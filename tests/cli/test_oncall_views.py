@@ -8,6 +8,7 @@ import io
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -33,11 +34,29 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AggregatorServer]
         report("node-c", 1, "unhealthy", incident="inc-c", sent_at=now),
         report("node-c", 2, "healthy", sent_at=now),  # inc-c closed
         report("node-d", 1, "healthy", sent_at=now),
+        *_gpu_incident("node-e", now),
     ]
     for body in bodies:
         assert httpx.post(f"{server.url}/v1/reports", json=body, headers=AUTH).status_code == 200
     yield server
     server.stop()
+
+
+def _gpu_incident(node: str, now: datetime) -> list[dict[str, Any]]:
+    """XID 79 on GPU 2 of ``node``; then its finding clears while the incident stays open."""
+    bodies = []
+    for seq in (1, 2):
+        body = report(node, seq, "unhealthy", gpus=4, incident=f"inc-{node}", sent_at=now)
+        for gpu in body["gpus"]:
+            gpu["pci_bus_id"] = f"00000000:{0x18 + gpu['index']:02X}:00.0"
+            gpu["serial"] = f"165012401424{gpu['index']}"
+        if seq == 1:
+            body["gpus"][2]["status"] = "fail"
+            body["verdict"]["findings"][0]["gpu"] = body["gpus"][2]["uuid"]
+        else:
+            body["verdict"] |= {"findings": [], "status": "ok", "action": "none"}
+        bodies.append(body)
+    return bodies
 
 
 @pytest.fixture
@@ -59,8 +78,8 @@ def run(live: AggregatorServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 def test_status_names_each_open_incident_with_what_was_done(run: Run) -> None:
     code, out, err = run("status")
     assert code == 0, err
-    assert "2 open incidents" in out
-    assert "open incidents (2):" in out
+    assert "3 open incidents" in out
+    assert "open incidents (3):" in out
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("node-")}
     assert "XID_79" in rows["node-a"] and "reboot" in rows["node-a"] and "taint, drain" in rows["node-a"]
     assert "nothing yet" in rows["node-b"]
@@ -69,7 +88,9 @@ def test_status_names_each_open_incident_with_what_was_done(run: Run) -> None:
     assert [(i["node"], i["done"]) for i in as_json["incidents"]] == [
         ("node-a", "taint, drain"),
         ("node-b", "nothing yet"),
+        ("node-e", "nothing yet"),
     ]
+    assert "GPU 2 NVIDIA H200 SN 1650124014242" in rows["node-e"]
 
 
 def test_incidents_lists_all_or_the_open_ones_as_a_table_or_json(run: Run) -> None:
@@ -77,7 +98,7 @@ def test_incidents_lists_all_or_the_open_ones_as_a_table_or_json(run: Run) -> No
     assert code == 0, err
     assert {"inc-a", "inc-b", "inc-c"} <= set(out.split())
     _code, out, _err = run("incidents", "--open", "--json")
-    assert sorted(i["id"] for i in json.loads(out)) == ["inc-a", "inc-b"]
+    assert sorted(i["id"] for i in json.loads(out)) == ["inc-a", "inc-b", "inc-node-e"]
     _code, out, _err = run("incidents", "--node", "node-c", "--since", "1h")
     assert "inc-c" in out and "inc-a" not in out
     code, _out, err = run("incidents", "--since", "soon-ish")
@@ -110,3 +131,18 @@ def test_times_are_utc_to_the_second_and_local_on_request(run: Run, monkeypatch:
         time.tzset()
     assert re.search(r"just now \(\d\d-\d\d \d\d:\d\d:\d\d JST\)", out)
     assert "Z)" not in out
+
+
+def test_node_names_the_incidents_gpu_after_its_finding_cleared(run: Run) -> None:
+    """The node view agrees with the incident: its action heads the node, its GPU is marked and named."""
+    code, out, err = run("node", "node-e")
+    assert code == 0, err
+    head = out.splitlines()[0]
+    assert "action reboot (its incident's)" in head
+    gpu_row = next(line for line in out.splitlines() if line.startswith("2 "))
+    assert "1650124014242" in gpu_row and "00000000:1A:00.0" in gpu_row and "in the open incident" in gpu_row
+    assert "GPU 2 NVIDIA H200 SN 1650124014242 00000000:1A:00.0 GPU-node-e-2" in out
+    assert "opened by XID_79 on GPU 2: XID_79 (reboot)" in out, out
+    assert "no findings now" in out
+    detail = json.loads(run("node", "node-e", "--json")[1])
+    assert detail["incident"]["gpus"][0]["serial"] == "1650124014242"
