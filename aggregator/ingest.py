@@ -416,6 +416,7 @@ def _record_timeline(
             incident_id=action.incident_id or incident_id,
             message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
+            repeatable=True,  # the same step done or refused again (a drain retried): one row with a count
         )
 
 

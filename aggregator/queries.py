@@ -12,6 +12,7 @@ from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import event_from_row
 from aggregator.store.tables import events, incidents, nodes
+from aggregator.timeline import arrange
 from core.aggregator_api import (
     STALE,
     Event,
@@ -156,8 +157,32 @@ def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None
         incident=incident,
         pending_requests=node_requests.pending(conn, name),
         permit=permits.active_permit(conn, name, now),
-        timeline=event_list(conn, node=name, limit=50),
+        timeline=node_timeline(conn, name, row.incident_id),
     )
+
+
+NODE_TIMELINE = 50
+"""Rows of a node's page and ``gpuhealth node``: its newest events, and its open incident's key ones."""
+
+
+def node_timeline(conn: Connection, name: str, incident_id: str | None) -> list[Event]:
+    """The node's newest events, in the order of cause; with an open incident, its first fault, its
+    opening and its first marks (the taint) are kept however many lines came after them."""
+    newest = event_list(conn, node=name, limit=NODE_TIMELINE)
+    if incident_id is not None:
+        have = {event.id for event in newest}
+        newest.extend(event for event in _incident_keys(conn, incident_id) if event.id not in have)
+    return arrange(newest)
+
+
+def _incident_keys(conn: Connection, incident_id: str) -> list[Event]:
+    """An incident's first fault, its opening and its first node writes: what its timeline always shows."""
+    kept: list[Event] = []
+    for kind in ("findings", "incident_opened", "action"):
+        query = select(events).where(events.c.incident_id == incident_id, events.c.kind == kind)
+        rows = conn.execute(query.order_by(events.c.at, events.c.id).limit(12 if kind == "action" else 1))
+        kept.extend(event_from_row(row) for row in rows)
+    return kept
 
 
 def _incident_from_row(row: Any, extras: dict[str, dict[str, Any]]) -> IncidentSummary:
@@ -228,7 +253,8 @@ def incident_detail(conn: Connection, incident_id: str) -> IncidentDetail | None
         .order_by(events.c.at, events.c.id)
         .limit(MAX_EVENTS)
     )
-    return IncidentDetail(**summary.model_dump(), timeline=[event_from_row(r) for r in rows])
+    # The oldest first: the fault, the opening and the taint are always in it (repeats are one row each).
+    return IncidentDetail(**summary.model_dump(), timeline=arrange([event_from_row(r) for r in rows]))
 
 
 def incident_list(

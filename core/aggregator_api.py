@@ -422,15 +422,18 @@ class IncidentSummary(_Wire):
 
 
 class Event(_Wire):
-    """One line of history: a state change, a finding, an action, a permit decision, a request."""
+    """One line of history: a state change, a finding, an action, a permit decision, a request. The same
+    line repeated (a refused permit every pass while the breaker is tripped) is one event with a count."""
 
     id: int
-    at: datetime
+    at: datetime = Field(description="When it happened (the first time, for a repeated one).")
     node: str | None
     incident_id: str | None
     kind: str
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
+    count: int = Field(default=1, description="How many times it happened, from at to last_at.")
+    last_at: datetime | None = Field(default=None, description="The last time, when it happened again.")
 
 
 class IncidentDetail(IncidentSummary):

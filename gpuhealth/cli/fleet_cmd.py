@@ -660,7 +660,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
             f"{_when(detail.permit.expires_at, now)}"
         )
     if detail.timeline:
-        print_events(detail.timeline, now, console=console)
+        print_events(detail.timeline, now, console=console, timeline=True)
 
 
 def print_incident_head(incident: IncidentSummary, now: datetime, console: Console) -> None:
@@ -679,15 +679,26 @@ def print_incident_head(incident: IncidentSummary, now: datetime, console: Conso
         console.print(Text(f"  opened by {finding.code} on {on}: {finding.message} ({finding.action.value})"))
 
 
-def print_events(events: list[Event], now: datetime, console: Console | None = None) -> None:
-    """One row per event, oldest first."""
+def print_events(
+    events: list[Event], now: datetime, console: Console | None = None, *, timeline: bool = False
+) -> None:
+    """One row per event, oldest first; a repeated one once, with its count and time range. A
+    ``timeline`` (a node's, an incident's) reads in the order of cause, one transition's node writes in
+    one row."""
+    from aggregator.timeline import arrange
+    from gpuhealth.cli.incident_views import clock
+
     console = console or _console()
     if not events:
         console.print("no events")
         return
+    rows = arrange(events, group=True) if timeline else events
     table = _table("WHEN", "NODE", "KIND", "WHAT")
-    for event in events:
-        table.add_row(_when(event.at, now), Text(event.node or "-"), event.kind, Text(event.message))
+    for event in rows:
+        what = event.message
+        if event.count > 1 and event.last_at is not None:
+            what = f"{what} (x{event.count}, {clock(event.at)} to {clock(event.last_at)})"
+        table.add_row(_when(event.at, now), Text(event.node or "-"), event.kind, Text(what))
     console.print(table)
 
 

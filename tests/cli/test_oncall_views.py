@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +24,9 @@ Run = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AggregatorServer]:
-    server = AggregatorServer(tmp_path_factory.mktemp("views") / "a.db", TOKEN, now=utc_now).start()
+    server = AggregatorServer(
+        tmp_path_factory.mktemp("views") / "a.db", TOKEN, now=utc_now, budget_max_nodes=0, budget_min_nodes=0
+    ).start()
     now = datetime.now(UTC)
     taint = {"at": now.isoformat(), "action": "taint", "result": "ok", "incident_id": "inc-a"}
     drain = {"at": now.isoformat(), "action": "drain", "result": "ok", "incident_id": "inc-a"}
@@ -38,6 +41,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AggregatorServer]
     ]
     for body in bodies:
         assert httpx.post(f"{server.url}/v1/reports", json=body, headers=AUTH).status_code == 200
+    for _ in range(3):  # no budget: refused each pass, one row with a count
+        ask = {"node": "node-b", "action": "reboot", "incident_id": "inc-b"}
+        assert httpx.post(f"{server.url}/v1/permits", json=ask, headers=AUTH).status_code == 409
     yield server
     server.stop()
 
@@ -146,3 +152,9 @@ def test_node_names_the_incidents_gpu_after_its_finding_cleared(run: Run) -> Non
     assert "no findings now" in out
     detail = json.loads(run("node", "node-e", "--json")[1])
     assert detail["incident"]["gpus"][0]["serial"] == "1650124014242"
+
+
+def test_a_repeated_line_is_one_row_with_its_count_and_range(run: Run) -> None:
+    _code, out, _err = run("node", "node-b")
+    [row] = [line for line in out.splitlines() if "permit_refused" in line]
+    assert re.search(r"refused: .*\(x3, \d\d-\d\d \d\d:\d\d:\d\dZ to \d\d-\d\d \d\d:\d\d:\d\dZ\)", row), row
