@@ -15,19 +15,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fleet_rig import FleetRig, agent_settings
 from live_aggregator import LiveAggregator
 from repo_paths import DOCS
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.loop import Agent
-from agent.settings import AgentSettings, HttpSettings
-from agent.wiring import build_agent
 from core.clock import ManualClock, RealClock, utc_now
 from remediation.kubernetes.central import CentralDrains
 from remediation.kubernetes.drain.policy import DrainPolicy
 from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from remediation.plan.planner import RemediationPolicy
-from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim, running_kube_sim
 from tests.aggregator.identities import Identity
 
@@ -79,52 +76,29 @@ def browser() -> Iterator[object]:
 DRAIN = DrainPolicy(poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2)
 
 
-class Fleet:
+class Fleet(FleetRig):
     """Four GPU nodes with real agents (drain on) reporting to a live aggregator."""
 
     def __init__(self, kube: KubeSim, aggregator: LiveAggregator, state_root: Path) -> None:
-        self.kube = kube
-        self.aggregator = aggregator
-        self.agents: dict[str, Agent] = {}
-        self.nvml: dict[str, FakeNvml] = {}
-        for node in NODES:
-            settings = AgentSettings(
-                node_name=node,
-                state_dir=state_root / node,
+        super().__init__(
+            aggregator,
+            state_root,
+            settings=lambda node, state_dir: agent_settings(
+                node,
+                state_dir,
+                aggregator,
                 policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
                 drain=DRAIN,
-                aggregator={"url": aggregator.url, "permit_retry_s": 0.3, "timeout_s": 2, "heartbeat_s": 0.2},
-                http=HttpSettings(enabled=False),
-            )
-            self.nvml[node] = FakeNvml("h100_sxm", 8, seed=7, node_name=node)
-            self.agents[node] = build_agent(
-                settings, library=self.nvml[node], api_client=kube.api_client(), clock=RealClock()
-            )
-            self.tick(node)
-
-    def tick(self, node: str) -> None:
-        agent = self.agents[node]
-        agent.tick()
-        assert agent.parts.link is not None
-        agent.parts.link.deliver()
-
-    def xid(self, node: str, xid: int = 79) -> None:
-        """An XID on GPU 0, delivered by NVML's event thread; returns once it woke the node's loop."""
-        agent = self.agents[node]
-        assert agent.parts.feed is not None
-        agent.parts.feed.ensure_watching()
-        agent.wake.clear()
-        assert self.nvml[node].inject_xid(0, xid)
-        assert agent.wake.wait(HANG_GUARD_S), "the XID did not wake the loop"
+                link={"heartbeat_s": 0.2},
+            ),
+            connect=lambda _node: {"api_client": kube.api_client()},
+        )
+        self.start(*NODES)
 
     def shows(self, node: str, expected: str, browser: object) -> bool:
         """One pass of the node's agent (report delivered), then whether the node's page shows ``expected``."""
         self.tick(node)
         return node_title_state(browser) == expected
-
-    def close(self) -> None:
-        for agent in self.agents.values():
-            agent.close()
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_rig import FleetRig, agent_settings
 from live_aggregator import LiveAggregator
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.loop import Agent, TickResult
-from agent.settings import AgentSettings, HttpSettings
+from agent.loop import TickResult
+from agent.settings import AgentSettings
 from agent.state.machine import DebounceConfig
-from agent.wiring import build_agent
 from core.clock import ManualClock, RealClock, utc_now
 from core.steps import Drain, Requeue
 from remediation.kubernetes.drain.policy import DrainPolicy
@@ -34,7 +34,6 @@ from remediation.kubernetes.requeue.decisions import (
     RequeuePolicy,
 )
 from remediation.plan.planner import RemediationPolicy
-from sim.fakes.nvml import FakeNvml
 from sim.kube.harness import KubeSim, running_kube_sim
 
 NS = "train"
@@ -65,90 +64,36 @@ def aggregator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live
     live.stop()
 
 
-class Fleet:
-    """The agents started on the fleet's nodes, and what the API server holds."""
+class Fleet(FleetRig):
+    """The agents started on the fleet's nodes (drain by the agent), and what the API server holds."""
 
     def __init__(self, kube: KubeSim, aggregator: LiveAggregator, state_root: Path) -> None:
+        super().__init__(aggregator, state_root, settings=self.node_settings, connect=self.api_client_for)
         self.kube = kube
-        self.aggregator = aggregator
-        self.state_root = state_root
-        self.agents: dict[str, Agent] = {}
-        self.nvml: dict[str, FakeNvml] = {}
         self.drain = FAST_DRAIN
         self.debounce = DebounceConfig()
         self.requeue = RequeuePolicy()
 
-    def agent(self, node: str) -> Agent:
-        """The agent of ``node``, started on first use and reported once (the aggregator then knows it)."""
-        if node not in self.agents:
-            settings = AgentSettings(
-                node_name=node,
-                state_dir=self.state_root / node,
-                policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
-                drain_by="agent",
-                drain=self.drain,
-                requeue=self.requeue,
-                debounce=self.debounce,
-                aggregator={"url": self.aggregator.url, "permit_retry_s": PERMIT_RETRY_S, "timeout_s": 2},
-                http=HttpSettings(enabled=False),
-            )
-            self.nvml[node] = FakeNvml("h100_sxm", 8, seed=7, node_name=node)
-            agent = build_agent(
-                settings, library=self.nvml[node], api_client=self.kube.api_client(), clock=RealClock()
-            )
-            self.agents[node] = agent
-            self.tick(node)
-        return self.agents[node]
+    def node_settings(self, node: str, state_dir: Path) -> AgentSettings:
+        return agent_settings(
+            node,
+            state_dir,
+            self.aggregator,
+            policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
+            drain_by="agent",
+            drain=self.drain,
+            requeue=self.requeue,
+            debounce=self.debounce,
+            link={"permit_retry_s": PERMIT_RETRY_S},
+        )
 
-    def restart(self, node: str) -> Agent:
-        """The node's agent process ends and a new one starts with the same state directory."""
-        self.agents.pop(node).close()
-        return self.agent(node)
-
-    def tick(self, node: str) -> TickResult:
-        """One pass of the node's loop, its report delivered to the aggregator."""
-        agent = self.agents[node]
-        result = agent.tick()
-        assert agent.parts.link is not None
-        agent.parts.link.deliver()
-        return result
-
-    def xid(self, node: str, xid: int = 79) -> None:
-        """An XID on GPU 0, delivered by NVML's event thread; returns once it woke the loop."""
-        agent = self.agent(node)
-        feed = agent.parts.feed
-        assert feed is not None
-        feed.ensure_watching()
-        agent.wake.clear()
-        assert self.nvml[node].inject_xid(0, xid)
-        assert agent.wake.wait(HANG_GUARD_S), "the XID did not wake the loop"
+    def api_client_for(self, _node: str) -> dict[str, Any]:
+        return {"api_client": self.kube.api_client()}
 
     def executor(self, node: str) -> KubernetesExecutor:
         executor = self.agents[node].parts.executor
         assert isinstance(executor, KubernetesExecutor)
         return executor
-
-    def break_node(self, node: str) -> TickResult:
-        """XID 79 on ``node`` and the pass that handles it (permit asked, drain started if granted)."""
-        self.xid(node)
-        return self.tick(node)
-
-    def finish_drain(self, node: str) -> TickResult:
-        """Wait for the node's drain and requeue, then the pass that reports them."""
-        assert self.executor(node).wait_for_drain(HANG_GUARD_S), "the drain did not end"
-        return self.tick(node)
-
-    def timeline(self, node: str) -> list[tuple[str, str, str]]:
-        """(action, result, message) of the node's incident timeline on the aggregator."""
-        with self.aggregator.client() as oncall:
-            incident = oncall.node(node).incident
-            assert incident is not None
-            events = oncall.incident(incident.id).timeline
-        return [
-            (str(e.details.get("action")), str(e.details.get("result")), e.message)
-            for e in events
-            if e.kind == "action"
-        ]
 
     # --- the cluster ------------------------------------------------------------------------------------
 
@@ -172,10 +117,6 @@ class Fleet:
 
     def requeue_events(self) -> list[dict[str, Any]]:
         return [e for e in self.kube.store.list("events", NS) if e.get("reason") == EVENT_REASON]
-
-    def close(self) -> None:
-        for agent in self.agents.values():
-            agent.close()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_rig import incident_actions
 from live_aggregator import LiveAggregator, free_port
 from repo_paths import FIXTURES as TEST_FIXTURES
 from waiting import HANG_GUARD_S, wait_until
@@ -249,13 +250,7 @@ class Fleet:
         return bool(self.kube_node(name)["spec"].get("unschedulable"))
 
     def timeline(self, incident_id: str) -> list[tuple[str, str, str]]:
-        with self.aggregator.client() as oncall:
-            events = oncall.incident(incident_id).timeline
-        return [
-            (str(e.details.get("action")), str(e.details.get("result")), e.message)
-            for e in events
-            if e.kind == "action"
-        ]
+        return incident_actions(self.aggregator, incident_id)
 
     def close(self) -> None:
         for node in self.nodes.values():

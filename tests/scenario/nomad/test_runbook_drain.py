@@ -14,18 +14,17 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from fleet_rig import FleetRig, agent_settings
 from live_aggregator import LiveAggregator
 from waiting import HANG_GUARD_S, wait_until
 
-from agent.loop import Agent, TickResult
-from agent.settings import AgentSettings, HttpSettings
+from agent.loop import TickResult
+from agent.settings import AgentSettings
 from agent.state.machine import DebounceConfig
-from agent.wiring import build_agent
 from core.clock import ManualClock, RealClock, utc_now
 from core.steps import Drain, Requeue
 from remediation.nomad.executor import NomadExecutor
 from remediation.plan.planner import RemediationPolicy
-from sim.fakes.nvml import FakeNvml
 from sim.nomad.harness import NomadSim, running_nomad_sim
 
 TOKEN = "drain-scenario-token-0123456789abcdef0123456789"
@@ -65,85 +64,34 @@ def aggregator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live
     live.stop()
 
 
-class Fleet:
-    """The agents started on the fleet's nodes."""
+class Fleet(FleetRig):
+    """The agents started on the fleet's nodes (each finds its node through the local client agent)."""
 
     def __init__(self, nomad: NomadSim, aggregator: LiveAggregator, state_root: Path) -> None:
+        super().__init__(aggregator, state_root, settings=self.node_settings)
         self.nomad = nomad
-        self.aggregator = aggregator
-        self.state_root = state_root
-        self.agents: dict[str, Agent] = {}
-        self.nvml: dict[str, FakeNvml] = {}
         self.debounce = DebounceConfig()
         self.policy = RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S)
 
-    def agent(self, node: str) -> Agent:
-        """The node's agent, started on first use (it finds its node through the local client agent)."""
-        if node not in self.agents:
-            settings = AgentSettings(
-                orchestrator="nomad",
-                nomad={"address": self.nomad.client_address(node), "watch_wait_s": 0.2},
-                state_dir=self.state_root / node,
-                policy=self.policy,
-                drain_by="agent",
-                debounce=self.debounce,
-                aggregator={"url": self.aggregator.url, "permit_retry_s": PERMIT_RETRY_S, "timeout_s": 2},
-                http=HttpSettings(enabled=False),
-            )
-            self.nvml[node] = FakeNvml("h100_sxm", 8, seed=7, node_name=node)
-            agent = build_agent(settings, library=self.nvml[node], clock=RealClock())
-            assert agent.node == node, "the agent did not learn its node's name from Nomad"
-            self.agents[node] = agent
-            self.tick(node)
-        return self.agents[node]
-
-    def restart(self, node: str) -> Agent:
-        self.agents.pop(node).close()
-        return self.agent(node)
-
-    def tick(self, node: str) -> TickResult:
-        agent = self.agents[node]
-        result = agent.tick()
-        assert agent.parts.link is not None
-        agent.parts.link.deliver()
-        return result
+    def node_settings(self, node: str, state_dir: Path) -> AgentSettings:
+        return agent_settings(
+            node,
+            state_dir,
+            self.aggregator,
+            orchestrator="nomad",
+            nomad={"address": self.nomad.client_address(node), "watch_wait_s": 0.2},
+            policy=self.policy,
+            drain_by="agent",
+            debounce=self.debounce,
+            link={"permit_retry_s": PERMIT_RETRY_S},
+        )
 
     def executor(self, node: str) -> NomadExecutor:
         # the recovery wrapper hands the Nomad executor's extras through
         return cast(NomadExecutor, self.agents[node].parts.executor)
 
-    def break_node(self, node: str) -> TickResult:
-        """XID 79 on GPU 0 and the pass that handles it (permit asked, drain started if granted)."""
-        agent = self.agent(node)
-        feed = agent.parts.feed
-        assert feed is not None
-        feed.ensure_watching()
-        agent.wake.clear()
-        assert self.nvml[node].inject_xid(0, 79)
-        assert agent.wake.wait(HANG_GUARD_S), "the XID did not wake the loop"
-        return self.tick(node)
-
-    def finish_drain(self, node: str) -> TickResult:
-        assert self.executor(node).wait_for_drain(HANG_GUARD_S), "the drain did not end"
-        return self.tick(node)
-
-    def timeline(self, node: str) -> list[tuple[str, str, str]]:
-        with self.aggregator.client() as oncall:
-            incident = oncall.node(node).incident
-            assert incident is not None
-            events = oncall.incident(incident.id).timeline
-        return [
-            (str(e.details.get("action")), str(e.details.get("result")), e.message)
-            for e in events
-            if e.kind == "action"
-        ]
-
     def eligible(self, node: str) -> bool:
         return bool(self.nomad.state.node(node)["SchedulingEligibility"] == "eligible")
-
-    def close(self) -> None:
-        for agent in self.agents.values():
-            agent.close()
 
 
 @pytest.fixture
