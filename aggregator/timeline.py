@@ -40,16 +40,21 @@ def cause_rank(event: Event) -> int:
     if kind == "findings":
         return RECOVERY if event.message == "findings cleared" else FAULT
     if kind == "state":
-        to = str(event.details.get("to", "unhealthy"))
-        if to in _BAD_STATES:
-            return STATE
-        return RELEASE if to == "healthy" else RECOVERY
+        return _state_rank(str(event.details.get("from", "")), str(event.details.get("to", "unhealthy")))
     if kind == "node_writes":
         return RELEASE if event.details.get("release") else NODE_WRITES
     if kind == "action":
         return _action_rank(str(event.details.get("action", "")))
     # Permits, requests, the breaker: decisions between the node's marks and its drain.
     return _KIND_RANK.get(kind, PERMIT)
+
+
+def _state_rank(was: str, to: str) -> int:
+    if to in _BAD_STATES:
+        return STATE
+    if was == "new":
+        return FAULT  # the node's first report: where its history begins
+    return RELEASE if to == "healthy" else RECOVERY
 
 
 def _action_rank(action: str) -> int:
@@ -97,7 +102,11 @@ def _in_cause_order(cluster: list[Event], *, group: bool) -> list[Event]:
 def _is_release(event: Event) -> bool:
     return (
         event.kind == "incident_closed"
-        or (event.kind == "state" and event.details.get("to") == "healthy")
+        or (
+            event.kind == "state"
+            and event.details.get("to") == "healthy"
+            and event.details.get("from") != "new"
+        )
         or (event.kind == "action" and event.details.get("action") in UNMARKS)
     )
 

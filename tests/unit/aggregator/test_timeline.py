@@ -80,3 +80,23 @@ def test_a_grouped_row_keeps_the_repeats_and_the_range() -> None:
     writes[1] = writes[1].model_copy(update={"count": 3, "last_at": T0 + timedelta(seconds=4)})
     [row] = arrange(writes, group=True)
     assert (row.kind, row.count, row.last_at) == ("node_writes", 3, T0 + timedelta(seconds=4))
+
+
+def test_a_nodes_first_report_is_no_release() -> None:
+    """A node that appears healthy and faults within the same seconds: its marks stay with the fault."""
+    stored = [
+        _event(0.0, "state", "new -> healthy", **{"from": "new", "to": "healthy"}),
+        _event(1.0, "findings", "findings: XID_79"),
+        _event(1.0, "incident_opened"),
+        _action(0.9, "taint"),
+        _action(0.9, "label"),
+        _event(1.2, "permit_granted", "permit granted"),
+    ]
+    shown = [e.message for e in arrange(stored, group=True)]
+    assert shown == [
+        "new -> healthy",
+        "findings: XID_79",
+        "incident_opened",
+        "marked: taint, label",
+        "permit granted",
+    ]
