@@ -82,18 +82,20 @@ def _free_port() -> int:
 
 
 class Server:
-    """A live aggregator process for one database."""
+    """A live aggregator process for one database (``database_url`` None: the baseline server instead)."""
 
-    def __init__(self, database_url: str, workdir: Path) -> None:
+    def __init__(self, database_url: str | None, workdir: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = workdir / f"bench-{self.port}.yaml"
-        section = {"port": self.port, "token": TOKEN, "database_url": database_url}
-        config.write_text(yaml.safe_dump({"aggregator": section}))
+        if database_url is None:
+            command = ["-m", "bench.baseline_server", str(self.port), TOKEN]
+        else:
+            config = workdir / f"bench-{self.port}.yaml"
+            section = {"port": self.port, "token": TOKEN, "database_url": database_url}
+            config.write_text(yaml.safe_dump({"aggregator": section}))
+            command = ["-m", "aggregator", "--config", str(config)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "aggregator", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            [sys.executable, *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -257,28 +259,66 @@ def _store_only(database_url: str, nodes: int) -> float:
     return round(nodes / wall, 1)
 
 
+def _sustained_and_paced(
+    server: Server, nodes: int, concurrency: int, fleet_rate: float, seq: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """A round as fast as the server answers (with its CPU per report), then a round at ``fleet_rate``."""
+    update = [json.dumps(_report(f"node-{n}", seq)).encode() for n in range(nodes)]
+    cpu_before = _process_cpu_s(server.process.pid)
+    sustained = _ingest_stats(*asyncio.run(_send(server.url, update, concurrency)))
+    cpu_used = _process_cpu_s(server.process.pid) - cpu_before
+    sustained["server_cpu_ms_per_report"] = round(cpu_used * 1000 / nodes, 3)
+    paced = [json.dumps(_report(f"node-{n}", seq + 1)).encode() for n in range(nodes)]
+    at_rate = _ingest_stats(*asyncio.run(_send(server.url, paced, 64, rate=fleet_rate)))
+    at_rate["offered_per_s"] = round(fleet_rate, 1)
+    return sustained, at_rate
+
+
+def run_baseline(nodes: int, concurrency: int, workdir: Path, fleet_rate: float) -> dict[str, Any]:
+    """The same rounds against ``bench.baseline_server`` (parse and validate only), as the yardstick."""
+    server = Server(None, workdir)
+    try:
+        warm = [json.dumps(_report(f"node-{n}", 1)).encode() for n in range(min(nodes, 1000))]
+        asyncio.run(_send(server.url, warm, concurrency))
+        sustained, at_rate = _sustained_and_paced(server, nodes, concurrency, fleet_rate, seq=2)
+    finally:
+        server.stop()
+    return {"sustained": sustained, "at_fleet_rate": at_rate}
+
+
+def _with_ratios(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """The product's figures beside the baseline's of the same run: throughput and CPU as fractions of the
+    baseline's, latency as a multiple of it."""
+    sustained, base = result["sustained"], baseline["sustained"]
+    result["baseline"] = baseline
+    result["ratio_to_baseline"] = {
+        "reports_per_s": round(sustained["reports_per_s"] / base["reports_per_s"], 3),
+        "server_cpu_per_report": round(
+            sustained["server_cpu_ms_per_report"] / max(base["server_cpu_ms_per_report"], 1e-6), 3
+        ),
+        "at_fleet_rate_p99": round(
+            result["at_fleet_rate"]["p99_ms"] / max(baseline["at_fleet_rate"]["p99_ms"], 1e-6), 3
+        ),
+    }
+    return result
+
+
 def run_backend(
     database_url: str, nodes: int, concurrency: int, workdir: Path, fleet_rate: float
 ) -> dict[str, Any]:
-    """Register the nodes, send a round as fast as possible, a round at ``fleet_rate``, time the summary."""
+    """Register the nodes, send a round as fast as possible, a round at ``fleet_rate``, time the summary;
+    then the baseline's rounds under the same conditions."""
     register = [json.dumps(_report(f"node-{n}", 1)).encode() for n in range(nodes)]
-    update = [json.dumps(_report(f"node-{n}", 2)).encode() for n in range(nodes)]
     server = Server(database_url, workdir)
     try:
         registration = _ingest_stats(*asyncio.run(_send(server.url, register, concurrency)))
-        cpu_before = _process_cpu_s(server.process.pid)
-        sustained = _ingest_stats(*asyncio.run(_send(server.url, update, concurrency)))
-        cpu_used = _process_cpu_s(server.process.pid) - cpu_before
-        sustained["server_cpu_ms_per_report"] = round(cpu_used * 1000 / nodes, 3)
-        paced = [json.dumps(_report(f"node-{n}", 3)).encode() for n in range(nodes)]
-        at_rate = _ingest_stats(*asyncio.run(_send(server.url, paced, 64, rate=fleet_rate)))
-        at_rate["offered_per_s"] = round(fleet_rate, 1)
+        sustained, at_rate = _sustained_and_paced(server, nodes, concurrency, fleet_rate, seq=2)
         summary = _summary_latency(server.url, runs=20)
         restarted = [json.dumps(_report(f"node-{n}", 1, epoch="restarted")).encode() for n in range(nodes)]
         reregister = _burst_stats(*asyncio.run(_burst(server.url, restarted)))
     finally:
         server.stop()
-    return {
+    result = {
         "register": registration,
         "sustained": sustained,
         "at_fleet_rate": at_rate,
@@ -286,6 +326,7 @@ def run_backend(
         "reregister_burst": reregister,
         "store_only_reports_per_s": _store_only(database_url, min(nodes, 2000)),
     }
+    return _with_ratios(result, run_baseline(nodes, concurrency, workdir, fleet_rate))
 
 
 def _postgres_url(args: argparse.Namespace) -> tuple[str | None, Any]:

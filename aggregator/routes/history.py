@@ -1,0 +1,86 @@
+"""Incidents and the event history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+
+from aggregator import queries
+from aggregator.auth.principal import Role
+from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, decode_token
+from aggregator.routes.context import ERRORS, NOT_FOUND, AppContext
+from core.aggregator_api import NODE_NAME_PATTERN, Event, IncidentDetail, IncidentSummary
+
+NodeQuery = Annotated[str | None, Query(pattern=NODE_NAME_PATTERN, max_length=253)]
+SinceQuery = Annotated[str | None, Query(max_length=64, description="1h, 30m, 2d or an ISO time")]
+IncidentPath = Annotated[str, Path(max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+ContinueQuery = Annotated[str | None, Query(alias="continue", max_length=MAX_TOKEN_CHARS)]
+
+
+def router(ctx: AppContext) -> APIRouter:
+    """Viewers read the history."""
+    routes = APIRouter(
+        tags=["history"], responses=ERRORS, dependencies=[ctx.access.role(Role.VIEWER, "read the history")]
+    )
+
+    @routes.get("/v1/incidents", response_model=list[IncidentSummary])
+    def get_incidents(
+        node: NodeQuery = None,
+        open_only: Annotated[bool, Query(alias="open")] = False,
+        since: SinceQuery = None,
+    ) -> list[IncidentSummary]:
+        """Incidents, newest first."""
+        when = ctx.since(since)
+        with ctx.db.read() as conn:
+            return queries.incident_list(conn, node=node, open_only=open_only, since=when)
+
+    @routes.get("/v1/incidents/{incident_id}", response_model=IncidentDetail, responses=NOT_FOUND)
+    def get_incident(incident_id: IncidentPath) -> IncidentDetail:
+        """One incident with its timeline of findings and actions."""
+        with ctx.db.read() as conn:
+            detail = queries.incident_detail(conn, incident_id)
+        if detail is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no incident {incident_id}")
+        return detail
+
+    @routes.get("/v1/events", response_model=list[Event])
+    def get_events(
+        request: Request,
+        response: Response,
+        *,
+        node: NodeQuery = None,
+        since: SinceQuery = None,
+        limit: Annotated[int, Query(ge=1, le=queries.MAX_EVENTS)] = 200,
+        continue_token: ContinueQuery = None,
+    ) -> list[Event]:
+        """History (state changes, findings, actions, permits, breaker, requests): the newest ``limit``
+        events, oldest first; when there are older ones, the ``Link`` header (``rel="next"``) names the page
+        before them."""
+        when = ctx.since(since)
+        before = _event_position(decode_token(continue_token))
+        with ctx.db.read() as conn:
+            page = queries.event_list(conn, node=node, since=when, limit=limit, before=before)
+        oldest = [page[0].at.isoformat(), page[0].id] if len(page) == limit else None
+        announce_next(request, response, oldest)
+        return page
+
+    return routes
+
+
+def _event_position(position: list[Any] | None) -> tuple[datetime, int] | None:
+    """An event's (time, id) from a continue token of ``/v1/events``."""
+    if position is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(position[0])), int(position[1])
+    except (ValueError, IndexError, TypeError) as exc:
+        error = {
+            "type": "value_error",
+            "loc": ("query", "continue"),
+            "msg": "not an events token",
+            "input": "",
+        }
+        raise RequestValidationError([error]) from exc
