@@ -273,6 +273,16 @@ def incident_list(
     return [_incident_from_row(row, extras) for row in rows]
 
 
+def event_count(conn: Connection, *, node: str | None = None, since: datetime | None = None) -> int:
+    """How many events ``event_list`` would page through for these filters (rows: a repeat counts once)."""
+    query = select(func.count()).select_from(events)
+    if node is not None:
+        query = query.where(events.c.node == node)
+    if since is not None:
+        query = query.where(events.c.at >= since)
+    return int(conn.execute(query).scalar_one())
+
+
 def event_list(
     conn: Connection,
     *,

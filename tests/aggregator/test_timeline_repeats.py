@@ -94,3 +94,15 @@ def test_the_fault_the_opening_and_the_taint_stay_after_many_later_lines(
         assert "action" in kinds, path  # the taint and the other marks
     newest = _get(client, "/v1/events", node=NODE, limit=50)
     assert "incident_opened" not in [e["kind"] for e in newest]  # (what used to be all the node showed)
+
+
+def test_the_first_page_of_events_says_how_many_match(make_client: MakeClient, clock: ManualClock) -> None:
+    client = make_client()
+    _opened_with_marks(client, clock)
+    everything = client.get("/v1/events", params={"limit": 1000}, headers=AUTH)
+    total = len(everything.json())
+    assert everything.headers["X-Total-Count"] == str(total) and total > 3
+    first = client.get("/v1/events", params={"limit": 2, "node": NODE}, headers=AUTH)
+    assert len(first.json()) == 2 and first.headers["X-Total-Count"] == str(total)
+    following = client.get(first.links["next"]["url"], headers=AUTH)
+    assert following.status_code == 200 and "X-Total-Count" not in following.headers
