@@ -59,6 +59,10 @@ def _gpu_incident(node: str, now: datetime) -> list[dict[str, Any]]:
         if seq == 1:
             body["gpus"][2]["status"] = "fail"
             body["verdict"]["findings"][0]["gpu"] = body["gpus"][2]["uuid"]
+            body["actions"] = [
+                {"at": now.isoformat(), "action": action, "result": "ok", "incident_id": f"inc-{node}"}
+                for action in ("taint", "condition", "label", "event")
+            ]
         else:
             body["verdict"] |= {"findings": [], "status": "ok", "action": "none"}
         bodies.append(body)
@@ -94,7 +98,7 @@ def test_status_names_each_open_incident_with_what_was_done(run: Run) -> None:
     assert [(i["node"], i["done"]) for i in as_json["incidents"]] == [
         ("node-a", "taint, drain"),
         ("node-b", "nothing yet"),
-        ("node-e", "nothing yet"),
+        ("node-e", "taint, condition, label, event"),
     ]
     assert "GPU 2 NVIDIA H200 SN 1650124014242" in rows["node-e"]
 
@@ -152,6 +156,9 @@ def test_node_names_the_incidents_gpu_after_its_finding_cleared(run: Run) -> Non
     assert "GPU 2 NVIDIA H200 SN 1650124014242 00000000:1A:00.0 GPU-node-e-2" in out
     assert "opened by XID_79 on GPU 2: XID_79 (reboot)" in out, out
     assert "no findings now" in out
+    kinds = [line.split("│")[2].strip() for line in out.splitlines() if line.count("│") >= 3]
+    assert kinds.index("findings") < kinds.index("incident_opened") < kinds.index("node_writes")
+    assert "marked: taint, condition, label, event" in out  # one row for the transition's node writes
     detail = json.loads(run("node", "node-e", "--json")[1])
     assert detail["incident"]["gpus"][0]["serial"] == "1650124014242"
 
