@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -29,11 +30,11 @@ from agent.state.store import StateStore, StateStoreError
 from agent.telemetry.metrics import AgentMetrics
 from agent.uplink.permit_gate import PermitGate, split_at_first_permit, withhold_unpermitted
 from checks.config import ChecksConfig
-from checks.dcgm import merge_findings
-from checks.runner import run_checks
+from checks.runner import merge_findings, run_checks
 from core.aggregator_api import DrainPhase
 from core.clock import Clock, RealClock
-from core.findings import Finding, Verdict
+from core.dcgm import DcgmReadings
+from core.findings import Finding, Status, Verdict, with_unknown_ages
 from core.health import NodeHealth
 from core.snapshot import NodeSnapshot
 from core.steps import (
@@ -72,9 +73,15 @@ class SnapshotSource(Protocol):
 
 
 class FindingSource(Protocol):
-    """Findings beyond the checks' for a snapshot (dcgm-exporter, dcgmi); never raises."""
+    """Findings beyond the checks' for a snapshot (fabric trends, the executor's trouble); never raises."""
 
     def findings(self, snapshot: NodeSnapshot) -> list[Finding]: ...
+
+
+class ReadingSource(Protocol):
+    """DCGM readings for the snapshot (dcgm-exporter, dcgmi health): read, never judged here; never raises."""
+
+    def read(self, snapshot: NodeSnapshot) -> DcgmReadings: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,10 @@ class AgentParts:
     link: AggregatorLink | None = None  # None: run without an aggregator
     permits: PermitGate | None = None  # None: nothing beyond mark + taint is ever permitted
     recovery: RecoveryRules | None = None  # None: no reset / reboot / validation (agent/recovery/)
-    finding_sources: tuple[FindingSource, ...] = ()  # dcgm-exporter, dcgmi: merged with the checks'
+    reading_sources: tuple[ReadingSource, ...] = ()  # dcgm-exporter, dcgmi: their readings join the snapshot
+    finding_sources: tuple[
+        FindingSource, ...
+    ] = ()  # fabric trends, executor trouble: merged with the checks'
     diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics/runner.py)
     lost_state: LostState | None = None  # the state file was lost: read the incident back (state_recovery)
 
@@ -135,6 +145,7 @@ class Agent:
         self._waiter: Waiter = waiter or _event_wait
         self._closers = closers
         self._memory = parts.memory
+        self._unknown_since: dict[tuple[str | None, str], datetime] = {}  # unknown findings, since when
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._relay: NodeChangeRelay | None = None
@@ -181,17 +192,24 @@ class Agent:
     # --- the steps of one pass -------------------------------------------------------------------------
 
     def _judge(self, snapshot: NodeSnapshot) -> Verdict:
-        """The checks' verdict, with the findings of the other sources (dcgm-exporter, dcgmi, a diagnostic
-        that ended) merged in."""
+        """The checks' verdict (DCGM's readings in the snapshot included), with the findings of the other
+        sources (fabric trends, the executor's trouble, a diagnostic that ended) merged in."""
         diagnostics = self.parts.diagnostics
         if diagnostics is not None:  # a dcgmi diag that ended: a failure's findings join this verdict
             diagnostics.settle(self.parts.state_machine)
         verdict = run_checks(snapshot, self.parts.checks)
         sources = (*self.parts.finding_sources, *((diagnostics,) if diagnostics is not None else ()))
-        if not sources:
-            return verdict
-        extra = [f for source in sources for f in source.findings(snapshot)]  # never raise, cache own polls
-        return Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
+        findings = verdict.findings
+        if sources:
+            extra = [
+                f for source in sources for f in source.findings(snapshot)
+            ]  # never raise, cache own polls
+            findings = merge_findings(verdict.findings, extra)
+        if not self._unknown_since and all(f.status is not Status.UNKNOWN for f in findings):
+            return verdict if not sources else Verdict.from_findings(snapshot.node, findings)
+        # an unknown reading carries its age (since when), shown everywhere: never taken for a fresh one
+        stamped, self._unknown_since = with_unknown_ages(findings, self._unknown_since, self.clock.now())
+        return Verdict.from_findings(snapshot.node, stamped)
 
     def _debounce(self, verdict: Verdict, snapshot: NodeSnapshot) -> NodeHealth:
         """The node's health after this verdict: humans' requests first (quarantine, release, diag), then
@@ -334,7 +352,19 @@ class Agent:
                 nvml_error=f"snapshot failed: {type(exc).__name__}: {exc}",
                 gpus=[],
             )
-        return feed.merge_kernel_events(snapshot) if feed is not None else snapshot
+        if feed is not None:
+            snapshot = feed.merge_kernel_events(snapshot)
+        return self._with_dcgm(snapshot)
+
+    def _with_dcgm(self, snapshot: NodeSnapshot) -> NodeSnapshot:
+        """The DCGM sources' readings join the snapshot (judged by the checks like NVML's)."""
+        sources = self.parts.reading_sources
+        if not sources:
+            return snapshot
+        readings = DcgmReadings()
+        for source in sources:
+            readings = readings.joined(source.read(snapshot))
+        return snapshot.model_copy(update={"dcgm": readings})
 
     def _remember(self, memory: RemediationMemory, report: ApplyReport) -> None:
         """Keep the planner's new memory, except what it assumed about Events that failed to go out and

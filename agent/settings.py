@@ -199,6 +199,14 @@ class AgentSettings(BaseSettings):
         default_factory=default_node_name, description="This node's name (default: NODE_NAME, else hostname)."
     )
     interval_s: float = Field(default=10.0, gt=0, description="Seconds between two polled snapshots.")
+    detector_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description=(
+            "Watchdog: the longest a pass waits for NVML, dcgm-exporter or dcgmi; a call past it reads as "
+            "unknown with its age, never blocks the loop."
+        ),
+    )
     state_dir: Path = Field(
         default=Path("/var/lib/gpuhealth"), description="Directory of the state file (survives restarts)."
     )

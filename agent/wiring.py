@@ -38,6 +38,7 @@ from agent.settings import (
 )
 from agent.sources.fabric import FabricEvents, FabricSource, FabricTrends
 from agent.sources.wakeups import EventThread, XidCallback, XidFeed
+from agent.sources.watchdog import Deadline, WatchedReadings, WatchedSnapshots, detector_stats
 from agent.state.machine import HealthStateMachine
 from agent.state.resume import AggregatorRecord, LostState, record_from
 from agent.state.store import StateStore
@@ -48,6 +49,7 @@ from agent.uplink.link import AggregatorLink
 from agent.uplink.outbox import ReportOutbox
 from agent.uplink.permit_gate import PermitGate
 from core.clock import Clock, RealClock
+from core.dcgm import DcgmReadings
 from core.gpu_pods import DraKey, GpuPodMap
 from core.plan_memory import RemediationMemory
 from core.settings import SettingsError
@@ -114,11 +116,16 @@ def build_agent(
     if saved is not None:
         log.info("state_resumed", node=node, state=saved.health.state.value)
     link, permits = _aggregator_parts(settings, chosen_clock)
-    sources, source_closers = _dcgm_sources(settings.dcgm, settings, chosen_clock)
+    sources, source_closers = _dcgm_sources(settings.dcgm, chosen_clock, settings.detector_timeout_s)
     chosen_executor = executor or _executor(settings, api_client, chosen_clock)
     acting = _central_drain(settings, chosen_executor, link, permits, chosen_clock)
+    nvml_deadline = Deadline("nvml", settings.detector_timeout_s, monotonic=chosen_clock.monotonic)
+    watched_nvml = WatchedSnapshots(
+        fabric if fabric is not None else backend, nvml_deadline, node=node, now=chosen_clock.now
+    )
+    deadlines = (nvml_deadline, *(source.deadline for source in sources))
     parts = AgentParts(
-        source=fabric if fabric is not None else backend,
+        source=watched_nvml,
         executor=with_recovery(acting, settings, nvml_library, actions=recovery_actions, wake=wake),
         state_machine=HealthStateMachine(node, settings.debounce, clock=chosen_clock.now, initial=saved),
         policy=settings.policy,
@@ -130,10 +137,11 @@ def build_agent(
         link=link,
         permits=permits,
         recovery=settings.recovery.rules(),
+        reading_sources=sources,
         finding_sources=(
-            *sources,
             *((FabricTrends(settings.checks),) if fabric is not None else ()),
             *_executor_problem_sources(chosen_executor),
+            *((feed,) if settings.kernel_log.enabled else ()),
         ),
         diagnostics=diagnostics_runner(settings, chosen_executor, chosen_clock, wake),
         lost_state=None
@@ -141,6 +149,7 @@ def build_agent(
         else LostState(node, _record_reader(link), clock=chosen_clock.now),
     )
     metrics = AgentMetrics(node)
+    metrics.watch_detectors(detector_stats(deadlines))
     if link is not None:
         metrics.watch_outbox(link.outbox.stats)
     return Agent(
@@ -155,31 +164,38 @@ def build_agent(
 
 
 def _dcgm_sources(
-    section: DcgmSettings, settings: AgentSettings, clock: Clock
-) -> tuple[tuple[FindingSource, ...], tuple[Callable[[], object], ...]]:
-    """The enabled DCGM finding sources (dcgm-exporter, dcgmi health) and what closes them."""
-    sources: list[FindingSource] = []
+    section: DcgmSettings, clock: Clock, timeout_s: float
+) -> tuple[tuple[WatchedReadings, ...], tuple[Callable[[], object], ...]]:
+    """The enabled DCGM reading sources (dcgm-exporter, dcgmi health), each under the watchdog's deadline,
+    and what closes them."""
+    sources: list[WatchedReadings] = []
     closers: list[Callable[[], object]] = []
     if section.exporter.enabled:
         exporter = ExporterSource(
             section.exporter.url,
             timeout_s=section.exporter.timeout_s,
             every_s=section.exporter.every_s,
-            checks=settings.checks,
             monotonic=clock.monotonic,
         )
-        sources.append(exporter)
+        # the scrape has its own HTTP timeout; the deadline is never shorter than it
+        deadline = Deadline(
+            "dcgm_exporter", max(timeout_s, section.exporter.timeout_s + 1.0), monotonic=clock.monotonic
+        )
+        sources.append(
+            WatchedReadings(exporter, deadline, stalled=lambda why: DcgmReadings(exporter_error=why))
+        )
         closers.append(exporter.close)
     if section.dcgmi.enabled:
-        sources.append(
-            DcgmiHealthSource(
-                path=section.dcgmi.path,
-                host=section.dcgmi.host,
-                timeout_s=section.dcgmi.timeout_s,
-                every_s=section.dcgmi.health_every_s,
-                monotonic=clock.monotonic,
-            )
+        dcgmi = DcgmiHealthSource(
+            path=section.dcgmi.path,
+            host=section.dcgmi.host,
+            timeout_s=section.dcgmi.timeout_s,
+            every_s=section.dcgmi.health_every_s,
+            monotonic=clock.monotonic,
         )
+        # dcgmi's own timeout kills a run that never ends; the loop waits for it at most timeout_s
+        deadline = Deadline("dcgmi", timeout_s, monotonic=clock.monotonic)
+        sources.append(WatchedReadings(dcgmi, deadline, stalled=lambda why: DcgmReadings(health_error=why)))
     return tuple(sources), tuple(closers)
 
 

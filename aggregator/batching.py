@@ -23,6 +23,7 @@ from datetime import datetime
 
 import structlog
 
+from aggregator.history_budget import HistoryBudget
 from aggregator.ingest import NodeBatch, ingest_report
 from aggregator.settings import AggregatorSettings
 from aggregator.store.engine import Database
@@ -53,6 +54,7 @@ class ReportWriter:
         self._threads: list[threading.Thread] = []
         self._thread_count = 1 if database.is_sqlite else settings.report_writers
         self._stopping = False
+        self._history = HistoryBudget(settings.history_rows_per_node_per_minute)
 
     async def submit(self, report: Report) -> ReportAck:
         """Store ``report``; returns once its transaction has committed."""
@@ -101,7 +103,10 @@ class ReportWriter:
             with self._database.write() as conn:
                 nodes = NodeBatch(conn, [item.report.node for item in batch])
                 acks = [
-                    ingest_report(conn, item.report, self._settings, self._now(), nodes) for item in batch
+                    ingest_report(
+                        conn, item.report, self._settings, self._now(), nodes, history=self._history
+                    )
+                    for item in batch
                 ]
                 nodes.flush()
         except Exception as exc:  # noqa: BLE001 - whatever failed must reach the waiting request, not kill the thread

@@ -18,11 +18,15 @@ from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, fleet_control, nodes
 from core.aggregator_api import BreakerStatus
+from core.findings import SHARED_CAUSE_CODES
 
 log = structlog.get_logger(__name__)
 
 TURNED_UNHEALTHY = "turned_unhealthy"
 """Event kind written when a node's reported state becomes unhealthy or quarantined."""
+SHARED_CAUSE = "shared_cause"
+"""Event kind written when a node starts reporting a shared-cause finding (``SHARED_CAUSE_CODES``: the whole
+InfiniBand fabric down). Several nodes at once trip the breaker: one cause, nothing to drain."""
 
 
 def gpu_node_count(conn: Connection) -> int:
@@ -39,43 +43,73 @@ def _control_row(conn: Connection, *, lock: bool = False) -> object:
 
 
 def recent_unhealthy(conn: Connection, settings: AggregatorSettings, now: datetime) -> int:
-    """Distinct nodes that turned unhealthy within the window and since the last reset."""
+    """Distinct nodes that turned unhealthy within the window and since the last reset (only nodes still
+    known: a forgotten node left the denominator, so it leaves the count too)."""
+    return _recent_nodes(conn, TURNED_UNHEALTHY, settings, now)
+
+
+def recent_shared_cause(conn: Connection, settings: AggregatorSettings, now: datetime) -> int:
+    """Distinct nodes that started reporting a shared-cause finding within the window and since the reset."""
+    return _recent_nodes(conn, SHARED_CAUSE, settings, now)
+
+
+def _recent_nodes(conn: Connection, kind: str, settings: AggregatorSettings, now: datetime) -> int:
     control = conn.execute(select(fleet_control.c.reset_at).where(fleet_control.c.id == 1)).scalar_one()
     since = now - timedelta(seconds=settings.breaker_window_s)
     if control is not None and control > since:
         since = control
-    # Only nodes still known: a forgotten node left the denominator, so it leaves the count too.
     query = select(func.count(distinct(events.c.node))).where(
-        events.c.kind == TURNED_UNHEALTHY, events.c.at > since, events.c.node.in_(select(nodes.c.name))
+        events.c.kind == kind, events.c.at > since, events.c.node.in_(select(nodes.c.name))
     )
     return int(conn.execute(query).scalar_one())
 
 
 def evaluate(conn: Connection, settings: AggregatorSettings, now: datetime) -> bool:
-    """Trip the breaker if the threshold is crossed; return whether it is tripped now."""
+    """Trip the breaker if the threshold is crossed, or if ``breaker_min_nodes`` nodes report a shared cause
+    (the whole fabric down) within the window; return whether it is tripped now."""
     if conn.execute(select(fleet_control.c.breaker_tripped).where(fleet_control.c.id == 1)).scalar_one():
         return True
-    unhealthy = recent_unhealthy(conn, settings, now)
-    total = gpu_node_count(conn)
-    if total == 0 or unhealthy < settings.breaker_min_nodes:
+    reason = _threshold_crossed(conn, settings, now) or _shared_cause(conn, settings, now)
+    if reason is None:
         return False
-    percent = 100.0 * unhealthy / total
-    if percent <= settings.breaker_threshold_percent:
-        return False
-    reason = (
-        f"{unhealthy} of {total} GPU nodes ({percent:.0f} %) turned unhealthy within "
-        f"{settings.breaker_window_s:.0f} s (threshold {settings.breaker_threshold_percent:g} %)"
-    )
     tripped = conn.execute(
         update(fleet_control)
         .where(fleet_control.c.id == 1, fleet_control.c.breaker_tripped.is_(False))
         .values(breaker_tripped=True, tripped_at=now, tripped_reason=reason)
     ).rowcount
     if tripped:
-        record_event(conn, at=now, kind="breaker_tripped", message=reason, details={"unhealthy": unhealthy})
+        counts = {
+            "unhealthy": recent_unhealthy(conn, settings, now),
+            "shared_cause": recent_shared_cause(conn, settings, now),
+        }
+        record_event(conn, at=now, kind="breaker_tripped", message=reason, details=counts)
         log.warning("breaker tripped", reason=reason)
         raising.breaker_tripped(conn, reason=reason, now=now)
     return True
+
+
+def _threshold_crossed(conn: Connection, settings: AggregatorSettings, now: datetime) -> str | None:
+    unhealthy = recent_unhealthy(conn, settings, now)
+    total = gpu_node_count(conn)
+    if total == 0 or unhealthy < settings.breaker_min_nodes:
+        return None
+    percent = 100.0 * unhealthy / total
+    if percent <= settings.breaker_threshold_percent:
+        return None
+    return (
+        f"{unhealthy} of {total} GPU nodes ({percent:.0f} %) turned unhealthy within "
+        f"{settings.breaker_window_s:.0f} s (threshold {settings.breaker_threshold_percent:g} %)"
+    )
+
+
+def _shared_cause(conn: Connection, settings: AggregatorSettings, now: datetime) -> str | None:
+    reporting = recent_shared_cause(conn, settings, now)
+    if reporting < settings.breaker_min_nodes:
+        return None
+    return (
+        f"{reporting} nodes report the whole InfiniBand fabric down ({', '.join(SHARED_CAUSE_CODES)}) within "
+        f"{settings.breaker_window_s:.0f} s: one shared cause (the subnet manager?), not nodes to drain"
+    )
 
 
 def reset(conn: Connection, *, requested_by: str, reason: str, now: datetime) -> None:

@@ -13,14 +13,15 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection, bindparam, func, select, update
 
-from aggregator import breaker
+from aggregator import breaker, incident_ids
 from aggregator.alerts import raising
+from aggregator.history_budget import HistoryBudget
 from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import insert_ignoring_conflict, record_event
 from aggregator.store.tables import events, incidents, nodes, requests
 from core.aggregator_api import BAD_STATES, Report, ReportAck
-from core.findings import Action
+from core.findings import SHARED_CAUSE_CODES, Action
 from core.health import NodeState
 
 log = structlog.get_logger(__name__)
@@ -73,11 +74,14 @@ def ingest_report(
     settings: AggregatorSettings,
     now: datetime,
     batch: NodeBatch | None = None,
+    *,
+    history: HistoryBudget | None = None,
 ) -> ReportAck:
     """Store one report (in the caller's write transaction) and say what the agent should do next.
 
     With ``batch``, the node's row may come from the batch and its update go out with the batch's
-    (:meth:`NodeBatch.flush` before the transaction commits).
+    (:meth:`NodeBatch.flush` before the transaction commits). With ``history``, the node's own timeline
+    rows are bounded per minute (:mod:`aggregator.history_budget`).
     """
     row = (batch and batch.locked_row(report.node)) or _locked_node(conn, report, settings, now)
     if report.epoch == row.epoch:
@@ -105,8 +109,10 @@ def ingest_report(
                 refused=refused,
             )
     elif row.last_seq >= 0:
-        record_event(
+        _timeline_row(
             conn,
+            history,
+            now,
             at=now,
             kind="report_epoch",
             node=report.node,
@@ -116,7 +122,10 @@ def ingest_report(
         log.info("report sequence restarted", node=report.node, epoch=report.epoch)
     previous_state = NodeState(row.state) if row.last_seq >= 0 else None
     incident_id = _track_incident(conn, report, row.incident_id, now)
-    _record_timeline(conn, report, row=row, previous_state=previous_state, incident_id=incident_id, now=now)
+    timeline = _Timeline(conn, history, now)
+    _record_timeline(timeline, report, row=row, previous_state=previous_state, incident_id=incident_id)
+    if history is not None:
+        history.summarise(conn, report.node, now)
     hold = row.hold
     if incident_id is not None and incident_id != row.incident_id and hold is None:
         hold = _repeat_offender_hold(conn, report.node, settings, now)
@@ -254,9 +263,11 @@ def _locked_node(conn: Connection, report: Report, settings: AggregatorSettings,
 
 
 def _track_incident(conn: Connection, report: Report, previous_id: str | None, now: datetime) -> str | None:
-    """Open, update or close incident rows so they follow the agent's open incident."""
+    """Open, update or close incident rows so they follow the agent's open incident; the stored id (an id
+    another node holds is recorded under a node-scoped one: :mod:`aggregator.incident_ids`)."""
     incident = report.incident
-    if previous_id is not None and (incident is None or incident.id != previous_id):
+    stored, owner = incident_ids.resolve(conn, report.node, incident.id if incident else None)
+    if previous_id is not None and (incident is None or stored != previous_id):
         closed = update(incidents).where(incidents.c.id == previous_id).values(ended_at=now)
         closed_action = conn.execute(closed.returning(incidents.c.action)).scalar_one_or_none()
         raising.incident_resolved(
@@ -273,63 +284,67 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
     if incident is None:
         return None
     values = {"reasons": list(incident.reasons), "action": incident.action.value}
-    existing = conn.execute(
-        select(incidents.c.node, incidents.c.action).where(incidents.c.id == incident.id)
-    ).first()
-    if existing is None:
-        conn.execute(
-            incidents.insert().values(
-                id=incident.id, node=report.node, started_at=incident.started_at, ended_at=None, **values
-            )
+    if stored is not None and owner is incident_ids.Owner.OWN:
+        previous_action = conn.execute(
+            select(incidents.c.action).where(incidents.c.id == stored)
+        ).scalar_one()
+        conn.execute(update(incidents).where(incidents.c.id == stored).values(ended_at=None, **values))
+        _alert_if_escalated(conn, report, stored, previous_action=previous_action, now=now)
+        return stored
+    if owner is incident_ids.Owner.FOREIGN:
+        # Another node used this id first (to hide this node's incident, or by a bug): this node's
+        # incident is recorded all the same, under an id no node can send.
+        stored = incident_ids.scoped_id(incident.id)
+        log.warning("incident id of another node: node-scoped id given", node=report.node, incident=stored)
+    incident_id = stored or incident.id
+    conn.execute(
+        incidents.insert().values(
+            id=incident_id, node=report.node, started_at=incident.started_at, ended_at=None, **values
         )
-        gpus = incident_gpus(report)
-        named = "".join(
-            f" on GPU {gpu['index']}" + (f" (SN {gpu['serial']})" if gpu.get("serial") else "")
-            for gpu in gpus[:1]
-        ) + (f" and {len(gpus) - 1} more" if len(gpus) > 1 else "")
-        record_event(
-            conn,
-            at=now,
-            kind="incident_opened",
-            node=report.node,
-            incident_id=incident.id,
-            message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}{named}; "
-            f"action {incident.action.value}",
-            details=values
-            | {
-                "gpus": gpus,
-                "opened_by": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
-            },
-        )
-        log.info("incident opened", node=report.node, incident=incident.id)
-        raising.incident_opened(
-            conn,
-            node=report.node,
-            incident_id=incident.id,
-            action=incident.action.value,
-            reasons=list(incident.reasons),
-            gpus=_failing_gpus(report),
-            labels=report.labels,
-            now=now,
-        )
-    elif existing.node != report.node:
-        # An id that belongs to another node is an agent's bug; keep the two histories apart.
-        log.warning("incident id of another node ignored", node=report.node, incident=incident.id)
-        return None
-    else:
-        conn.execute(update(incidents).where(incidents.c.id == incident.id).values(ended_at=None, **values))
-        _alert_if_escalated(conn, report, previous_action=existing.action, now=now)
-    return incident.id
+    )
+    gpus = incident_gpus(report)
+    named = "".join(
+        f" on GPU {gpu['index']}" + (f" (SN {gpu['serial']})" if gpu.get("serial") else "")
+        for gpu in gpus[:1]
+    ) + (f" and {len(gpus) - 1} more" if len(gpus) > 1 else "")
+    record_event(
+        conn,
+        at=now,
+        kind="incident_opened",
+        node=report.node,
+        incident_id=incident_id,
+        message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}{named}; "
+        f"action {incident.action.value}",
+        details=values
+        | {
+            "gpus": gpus,
+            "opened_by": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
+        },
+    )
+    log.info("incident opened", node=report.node, incident=incident_id)
+    raising.incident_opened(
+        conn,
+        node=report.node,
+        incident_id=incident_id,
+        action=incident.action.value,
+        reasons=list(incident.reasons),
+        gpus=_failing_gpus(report),
+        labels=report.labels,
+        now=now,
+    )
+    return incident_id
 
 
-def _alert_if_escalated(conn: Connection, report: Report, *, previous_action: str, now: datetime) -> None:
+def _alert_if_escalated(
+    conn: Connection, report: Report, incident_id: str, *, previous_action: str, now: datetime
+) -> None:
     incident = report.incident
     assert incident is not None
     if incident.action.rank > Action(previous_action).rank:
         raising.incident_escalated(
             conn,
             node=report.node,
-            incident_id=incident.id,
+            incident_id=incident_id,
             previous_action=previous_action,
             action=incident.action.value,
             reasons=list(incident.reasons),
@@ -361,21 +376,42 @@ def _failing_gpus(report: Report) -> list[str]:
     return sorted({f.gpu for f in report.verdict.findings if f.gpu and f.status != "ok"})
 
 
+class _Timeline:
+    """Where a report's timeline rows go: the history, within the node's bound when there is one."""
+
+    def __init__(self, conn: Connection, history: HistoryBudget | None, now: datetime) -> None:
+        self.conn = conn
+        self.history = history
+        self.now = now
+
+    def add(self, *, bounded: bool = True, **row: Any) -> None:
+        """Write one row (``bounded``: it counts against the node's bound and may be held back)."""
+        if bounded:
+            _timeline_row(self.conn, self.history, self.now, **row)
+        else:
+            record_event(self.conn, **row)
+
+
+def _timeline_row(conn: Connection, history: HistoryBudget | None, now: datetime, **row: Any) -> None:
+    """Write one of the node's own timeline rows unless the node is over its bound (then it is counted:
+    by arrival, ``now``, never by the time the row carries, which a node may choose)."""
+    if history is None or history.admit(row["node"], row["kind"], row.get("incident_id"), now):
+        record_event(conn, **row)
+
+
 def _record_timeline(
-    conn: Connection,
+    timeline: _Timeline,
     report: Report,
     *,
     row: Any,
     previous_state: NodeState | None,
     incident_id: str | None,
-    now: datetime,
 ) -> None:
     """History for on-call: state changes, changed findings and the agent's actions."""
-    node = report.node
+    node, now = report.node, timeline.now
     if previous_state != report.state:
         was = previous_state.value if previous_state else "new"
-        record_event(
-            conn,
+        timeline.add(
             at=now,
             kind="state",
             node=node,
@@ -384,8 +420,9 @@ def _record_timeline(
             details={"from": was, "to": report.state.value},
         )
         if report.state in BAD_STATES and previous_state not in BAD_STATES:
-            record_event(
-                conn,
+            # Never held back: the breaker counts these rows.
+            timeline.add(
+                bounded=False,
                 at=now,
                 kind=breaker.TURNED_UNHEALTHY,
                 node=node,
@@ -394,10 +431,10 @@ def _record_timeline(
             )
     old_codes = _finding_keys(row.findings if previous_state else [])
     new_codes = _finding_keys([f.model_dump(mode="json") for f in report.verdict.findings])
+    _record_shared_cause(timeline, node, old_codes, new_codes, incident_id=incident_id)
     if new_codes != old_codes:
         codes = sorted({code for code, _gpu, _status in new_codes})
-        record_event(
-            conn,
+        timeline.add(
             at=now,
             kind="findings",
             node=node,
@@ -408,15 +445,47 @@ def _record_timeline(
             },
         )
     for action in report.actions:
-        record_event(
-            conn,
-            at=action.at,
+        timeline.add(
+            at=min(action.at, now),  # a node's clock may not put its rows above everything else for good
             kind="action",
             node=node,
-            incident_id=action.incident_id or incident_id,
+            incident_id=_action_incident(timeline.conn, node, action.incident_id, incident_id),
             message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
             repeatable=True,  # the same step done or refused again (a drain retried): one row with a count
+        )
+
+
+def _action_incident(conn: Connection, node: str, claimed: str | None, current: str | None) -> str | None:
+    """The incident an action belongs to: the one it names when that is the node's own, else the node's
+    open one (a node never writes into another node's incident)."""
+    if claimed is None or claimed == current:
+        return current
+    return incident_ids.own_or(conn, node, claimed, current)
+
+
+def _record_shared_cause(
+    timeline: _Timeline,
+    node: str,
+    old: set[tuple[str, str | None, str]],
+    new: set[tuple[str, str | None, str]],
+    *,
+    incident_id: str | None,
+) -> None:
+    """A node that starts reporting a shared cause (the whole fabric down) is counted by the breaker (so the
+    row is never held back by the node's history bound)."""
+    started = {code for code, _gpu, _status in new if code in SHARED_CAUSE_CODES} - {
+        code for code, _gpu, _status in old if code in SHARED_CAUSE_CODES
+    }
+    for code in sorted(started):
+        timeline.add(
+            bounded=False,
+            at=timeline.now,
+            kind=breaker.SHARED_CAUSE,
+            node=node,
+            incident_id=incident_id,
+            message=f"reports {code}: a cause shared with other nodes is possible",
+            details={"code": code},
         )
 
 

@@ -17,12 +17,13 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection, and_, func, select, update
 
-from aggregator import breaker
+from aggregator import breaker, incident_ids
 from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, nodes, permits
 from core.aggregator_api import BudgetStatus, Permit, PermitRefusal, PermitRequest
+from core.findings import SHARED_CAUSE_CODES
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +89,11 @@ def request_permit(
 ) -> Decision:
     """Grant or refuse, in the caller's write transaction. Asking again while holding a permit returns it."""
     breaker.lock_fleet(conn)
+    # An incident id must be the node's own: another node's is dropped, never written to (events, permit).
+    incident_id, owner = incident_ids.resolve(conn, request.node, request.incident_id)
+    if owner is incident_ids.Owner.FOREIGN:
+        log.warning("permit request names another node's incident", node=request.node)
+    request = request.model_copy(update={"incident_id": incident_id})
     refusal = _refusal(conn, request, settings, now)
     if refusal is not None:
         record_event(
@@ -153,6 +159,9 @@ def _fleet_refusal(
 ) -> PermitRefusal | None:
     if breaker.evaluate(conn, settings, now):
         return PermitRefusal(code="breaker_tripped", reason="the fleet circuit breaker is tripped")
+    shared = _shared_cause(conn, request.node, settings, now)
+    if shared is not None:
+        return PermitRefusal(code="shared_cause", reason=shared)
     cooldown = _cooldown_until(conn, request, settings, now)
     if cooldown is not None:
         return PermitRefusal(code="cooldown", reason=f"node in cooldown until {cooldown.isoformat()}")
@@ -163,6 +172,17 @@ def _fleet_refusal(
             code="budget_exhausted", reason=f"budget exhausted: {in_use} of {limit} permits in use"
         )
     return None
+
+
+def _shared_cause(conn: Connection, node: str, settings: AggregatorSettings, now: datetime) -> str | None:
+    """Why not to act on this node alone: it reports a shared cause (the whole fabric down) that other nodes
+    report too within the breaker's window. One node's outage may be its own; several are one cause."""
+    findings = conn.execute(select(nodes.c.findings).where(nodes.c.name == node)).scalar_one_or_none() or []
+    codes = {f.get("code") for f in findings if isinstance(f, dict) and f.get("status") != "ok"}
+    shared = sorted(code for code in codes if code in SHARED_CAUSE_CODES)
+    if not shared or breaker.recent_shared_cause(conn, settings, now) < 2:
+        return None
+    return f"{', '.join(shared)} is reported by other nodes too: a shared cause, not this node's to drain"
 
 
 def _cooldown_until(

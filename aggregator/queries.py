@@ -249,7 +249,7 @@ def incident_detail(conn: Connection, incident_id: str) -> IncidentDetail | None
         return None
     rows = conn.execute(
         select(events)
-        .where(events.c.incident_id == incident_id)
+        .where(events.c.incident_id == incident_id, events.c.node == summary.node)
         .order_by(events.c.at, events.c.id)
         .limit(MAX_EVENTS)
     )

@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from aggregator.app import create_app
+from aggregator.header_limits import bounded_head_protocol
 from aggregator.settings import AggregatorSettings
 from core.settings import SettingsError
 
@@ -25,15 +26,15 @@ from core.settings import SettingsError
 def serve(settings: AggregatorSettings, announce: Callable[[str], None] | None = None) -> None:
     """Open (and migrate) the database, then serve until SIGINT / SIGTERM; ``announce`` is given one line
     saying where it listens and which database it uses, once both are open."""
-    tls = tls_options(settings)  # before the database: a bad certificate is a configuration error
+    options = serving_options(settings)  # before the database: a bad certificate is a configuration error
     listener = listen_socket(settings.host, settings.port)  # a port in use: one line, before the database
     try:
         app = create_app(settings)
         gc.freeze()  # start-up objects (models, routes, SQL metadata) never die: keep full collections short
-        config = uvicorn.Config(app, log_level="warning", access_log=False, **tls)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, **options)
         server = uvicorn.Server(config)
         if announce is not None:
-            scheme = "https" if tls else "http"
+            scheme = "https" if "ssl_certfile" in options else "http"
             host = f"[{settings.host}]" if ":" in settings.host else settings.host
             announce(
                 f"gpuhealth aggregator listening on {scheme}://{host}:{listener.getsockname()[1]}, "
@@ -78,6 +79,20 @@ def database_shown(settings: AggregatorSettings) -> str:
         return f"SQLite {url.database or ':memory:'}"
     where = f"{url.host or 'localhost'}{f':{url.port}' if url.port else ''}"
     return f"PostgreSQL {url.database or ''} on {where}".replace("  ", " ")
+
+
+def serving_options(settings: AggregatorSettings) -> dict[str, Any]:
+    """uvicorn's keyword arguments for these settings: TLS (:func:`tls_options`), the bounds on a request's
+    head, read before any authentication (aggregator/header_limits.py), and which proxies are believed."""
+    return {
+        **tls_options(settings),
+        "http": bounded_head_protocol(settings.max_header_bytes, settings.max_headers),
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        # uvicorn believes X-Forwarded-For from loopback by default: then whoever shares the host could
+        # put any address in the audit log. Only the proxies named in trusted_proxies are believed.
+        "proxy_headers": bool(settings.trusted_proxies),
+        "forwarded_allow_ips": list(settings.trusted_proxies),
+    }
 
 
 def tls_options(settings: AggregatorSettings) -> dict[str, Any]:

@@ -122,6 +122,12 @@ class AggregatorSettings(BaseModel):
         default_factory=lambda: ["gpuhealth-agent"],
         description="Nomad jobs whose tasks' identities are agents (of the node their allocation runs on).",
     )
+    nomad_agent_namespace: str = Field(
+        default="default",
+        min_length=1,
+        max_length=128,
+        description="The Nomad namespace of the agent jobs; an identity of any other namespace is no agent.",
+    )
     nomad_token_file: Path | None = Field(
         default=None, description="The aggregator's own Nomad ACL token (read-job), to look allocations up."
     )
@@ -145,6 +151,23 @@ class AggregatorSettings(BaseModel):
     )
     max_report_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body accepted; larger ones get 413."
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks of proxies whose X-Forwarded-For is believed; none by default.",
+    )
+    max_header_bytes: int = Field(
+        default=32_768,
+        ge=4096,
+        le=1_048_576,
+        description="Largest request head (request line and headers) read, before any authentication; 431.",
+    )
+    max_headers: int = Field(default=100, ge=16, le=10_000, description="Most headers in one request; 431.")
+    history_rows_per_node_per_minute: int = Field(
+        default=120,
+        ge=10,
+        le=100_000,
+        description="History rows one node's reports may write a minute; the rest are counted in a summary.",
     )
     max_seq_jump: int = Field(
         default=2_592_000_000,
@@ -235,11 +258,23 @@ class AggregatorSettings(BaseModel):
         description="Central remediator: drains and requeues on permits (JSON in the environment).",
     )
 
-    @field_validator("kubernetes_agent_service_accounts", "nomad_agent_jobs", mode="before")
+    @field_validator(
+        "kubernetes_agent_service_accounts", "nomad_agent_jobs", "trusted_proxies", mode="before"
+    )
     @classmethod
     def _comma_separated_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses_or_networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{entry!r} is not an IP address or network") from exc
         return value
 
     @field_validator("alert_sinks", "alert_routes", "oidc_role_map", "remediator", mode="before")

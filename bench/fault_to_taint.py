@@ -101,14 +101,14 @@ def emulated(nodes: int) -> Iterator[tuple[ApiServer, list[str]]]:
 
 @contextlib.contextmanager
 def real_control_plane(nodes: int) -> Iterator[tuple[ApiServer, list[str]]]:
-    """etcd + kube-apiserver + kube-controller-manager on loopback, ``nodes`` GPU nodes with fake kubelets."""
+    """etcd + kube-apiserver + kube-controller-manager on loopback, ``nodes`` GPU nodes (KWOK when built)."""
     support = Path(__file__).resolve().parent.parent / "tests" / "support"
     sys.path.insert(0, str(support))  # the tests' helpers: control_plane, fake_kubelet, realkube
     from control_plane import ControlPlane, find_binaries
     from realkube import Cluster
 
     with ControlPlane(find_binaries()) as plane:
-        cluster = Cluster(plane, nodes=nodes)
+        cluster = Cluster(plane, nodes=nodes, kwok=plane.kwok)  # KWOK nodes when built, else fake kubelets
         try:
             yield plane, cluster.node_names
         finally:

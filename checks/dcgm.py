@@ -19,45 +19,12 @@ Why these actions (DCGM user guide, "Health and Diagnostics" and the failure-cod
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from enum import StrEnum
 
 from checks.base import warn_or_fail
+from core.dcgm import Grade
 from core.findings import Action, Finding, Status
 
-
-class Grade(StrEnum):
-    """One DCGM result, normalised from its many spellings."""
-
-    PASS = "pass"  # noqa: S105 - a DCGM result, not a password
-    SKIP = "skip"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-_GRADE_WORDS: dict[str, Grade] = {
-    "pass": Grade.PASS,
-    "passed": Grade.PASS,
-    "healthy": Grade.PASS,
-    "skip": Grade.SKIP,
-    "skipped": Grade.SKIP,
-    "not run": Grade.SKIP,
-    "notrun": Grade.SKIP,
-    "warn": Grade.WARN,
-    "warning": Grade.WARN,
-    "fail": Grade.FAIL,
-    "failed": Grade.FAIL,
-    "failure": Grade.FAIL,
-}
-
 HEALTH_FAIL_VALUE = 20
-
-
-def grade_from_text(text: object) -> Grade | None:
-    """``Pass`` / ``PASS`` / ``pass`` / ``Healthy`` ... -> a grade; ``None`` for a word DCGM does not use."""
-    if not isinstance(text, str):
-        return None
-    return _GRADE_WORDS.get(" ".join(text.lower().replace("_", " ").split()))
 
 
 def grade_from_value(value: float) -> Grade:
@@ -174,25 +141,6 @@ def unavailable_finding(check: str, code: str, message: str) -> Finding:
     return Finding(
         check=check, gpu=None, status=Status.UNKNOWN, code=code, message=_clip(message), action=Action.NONE
     )
-
-
-def merge_findings(primary: Sequence[Finding], extra: Iterable[Finding]) -> list[Finding]:
-    """NVML's findings plus another source's, one per (GPU, code): the worse of two reports of one fault.
-
-    dcgm-exporter often repeats what NVML saw (the same ECC counter read twice); keeping both would list
-    one fault twice. The primary's finding is kept when the two are equally bad.
-    """
-    merged: dict[tuple[str | None, str], Finding] = {}
-    for finding in (*primary, *extra):
-        key = (finding.gpu, finding.code)
-        held = merged.get(key)
-        if held is None or _severity(finding) > _severity(held):
-            merged[key] = finding
-    return list(merged.values())
-
-
-def _severity(finding: Finding) -> tuple[int, int]:
-    return finding.status.rank, finding.action.rank
 
 
 _MAX_MESSAGE = 300

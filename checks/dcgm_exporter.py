@@ -4,24 +4,24 @@ The exporter reads the same counters NVML does (through DCGM), so its readings a
 :class:`GpuSnapshot` and judged by the existing ECC, row-remap, PCIe and XID checks: one set of thresholds,
 one XID catalogue. Only the health-watch metric (``DCGM_EXP_GPU_HEALTH_STATUS``) is DCGM's own and maps
 to ``DCGM_HEALTH_<SYSTEM>`` (checks/dcgm.py). Every finding is re-labelled ``check: dcgm_exporter`` so a
-reader can tell where it came from; :func:`checks.dcgm.merge_findings` folds duplicates of NVML's.
+reader can tell where it came from; :func:`checks.runner.merge_findings` folds duplicates of NVML's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from checks.config import ChecksConfig
-from checks.dcgm import Grade, grade_from_value, health_finding, unavailable_finding
+from checks.dcgm import grade_from_value, health_finding, unavailable_finding
 from checks.memory import check_ecc, check_row_remap
 from checks.pcie import check_pcie
-from checks.runner import CHECKS, RegisteredCheck
 from checks.xid import check_xid
+from core.dcgm import ExporterGpu, Grade
 from core.findings import Finding
 from core.snapshot import EccCounters, GpuSnapshot, NodeSnapshot, PcieLink, RemappedRows, XidEvent
 
 CHECK = "dcgm_exporter"
+UNAVAILABLE_CODE = "DCGM_EXPORTER_UNAVAILABLE"
 NO_HEALTH_SERIES_CODE = "DCGM_EXPORTER_NO_HEALTH_SERIES"
 NO_HEALTH_SERIES_MESSAGE = (
     "the dcgm-exporter page has none of the GPU health series (ECC DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, row remap "
@@ -30,119 +30,68 @@ NO_HEALTH_SERIES_MESSAGE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class HealthWatch:
-    """One ``DCGM_EXP_GPU_HEALTH_STATUS`` series: a watch (PCIE, MEM, ALL...), its value and DCGM's code."""
-
-    system: str
-    value: float
-    error_code: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ExporterGpu:
-    """What one dcgm-exporter page says about one GPU; ``None`` is "not exported" or a blank sentinel."""
-
-    index: int
-    uuid: str
-    name: str | None = None
-    pci_bus_id: str | None = None
-    hostname: str | None = None
-    dbe_volatile: int | None = None
-    dbe_aggregate: int | None = None
-    remapped_correctable: int | None = None
-    remapped_uncorrectable: int | None = None
-    remap_pending: bool | None = None
-    remap_failure: bool | None = None
-    pcie_replays: int | None = None
-    last_xid: int | None = None
-    last_xid_message: str | None = None
-    xid_counts: Mapping[int, int] | None = None
-    health: Sequence[HealthWatch] = field(default_factory=tuple)
-
-    def has_health_readings(self) -> bool:
-        """True when the page carries at least one health series for this GPU with a value (temperature,
-        power and utilisation are not health: a trimmed counters file often keeps only those)."""
-        counters = (
-            self.dbe_volatile,
-            self.dbe_aggregate,
-            self.remapped_correctable,
-            self.remapped_uncorrectable,
-            self.remap_pending,
-            self.remap_failure,
-            self.pcie_replays,
-            self.last_xid,
-            self.xid_counts,
+def as_snapshot_gpu(gpu: ExporterGpu) -> GpuSnapshot:
+    """The page's readings of one GPU in snapshot form, so the NVML checks judge them with the same
+    thresholds."""
+    ecc = None
+    if gpu.dbe_volatile is not None or gpu.dbe_aggregate is not None:
+        ecc = EccCounters(volatile_uncorrected=gpu.dbe_volatile, aggregate_uncorrected=gpu.dbe_aggregate)
+    rows = None
+    if any(
+        value is not None
+        for value in (
+            gpu.remapped_correctable,
+            gpu.remapped_uncorrectable,
+            gpu.remap_pending,
+            gpu.remap_failure,
         )
-        return any(value is not None for value in counters) or bool(self.health)
-
-    def as_snapshot_gpu(self) -> GpuSnapshot:
-        """The readings in snapshot form, so the NVML checks judge them with the same thresholds."""
-        ecc = None
-        if self.dbe_volatile is not None or self.dbe_aggregate is not None:
-            ecc = EccCounters(
-                volatile_uncorrected=self.dbe_volatile, aggregate_uncorrected=self.dbe_aggregate
-            )
-        rows = None
-        if any(
-            value is not None
-            for value in (
-                self.remapped_correctable,
-                self.remapped_uncorrectable,
-                self.remap_pending,
-                self.remap_failure,
-            )
-        ):
-            rows = RemappedRows(
-                correctable=self.remapped_correctable,
-                uncorrectable=self.remapped_uncorrectable,
-                pending=self.remap_pending,
-                failure=self.remap_failure,
-            )
-        pcie = PcieLink(replay_counter=self.pcie_replays) if self.pcie_replays is not None else None
-        return GpuSnapshot(
-            index=self.index,
-            uuid=self.uuid,
-            name=self.name,
-            pci_bus_id=self.pci_bus_id,
-            ecc=ecc,
-            remapped_rows=rows,
-            pcie=pcie,
-            xid_events=self._xid_events(),
+    ):
+        rows = RemappedRows(
+            correctable=gpu.remapped_correctable,
+            uncorrectable=gpu.remapped_uncorrectable,
+            pending=gpu.remap_pending,
+            failure=gpu.remap_failure,
         )
+    pcie = PcieLink(replay_counter=gpu.pcie_replays) if gpu.pcie_replays is not None else None
+    return GpuSnapshot(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        name=gpu.name,
+        pci_bus_id=gpu.pci_bus_id,
+        ecc=ecc,
+        remapped_rows=rows,
+        pcie=pcie,
+        xid_events=_xid_events(gpu),
+    )
 
-    def _xid_events(self) -> list[XidEvent]:
-        """The window count series when exported (one event per record), else the last-XID gauge.
 
-        ``DCGM_EXP_XID_ERRORS_COUNT`` counts the XIDs of the exporter's sliding window, so a fault ages
-        out on its own; the ``DCGM_FI_DEV_XID_ERRORS`` gauge only holds the last XID seen and stays set
-        until DCGM restarts, hence the count series wins when both are there.
-        """
-        if self.xid_counts is not None:
-            return [
-                XidEvent(xid=xid, source="dcgm", gpu_uuid=self.uuid)
-                for xid, count in sorted(self.xid_counts.items())
-                if xid > 0
-                for _ in range(max(0, count))
-            ]
-        if self.last_xid is not None and self.last_xid > 0:
-            return [
-                XidEvent(xid=self.last_xid, source="dcgm", gpu_uuid=self.uuid, message=self.last_xid_message)
-            ]
-        return []
+def _xid_events(gpu: ExporterGpu) -> list[XidEvent]:
+    """The window count series when exported (one event per record), else the last-XID gauge.
+
+    ``DCGM_EXP_XID_ERRORS_COUNT`` counts the XIDs of the exporter's sliding window, so a fault ages
+    out on its own; the ``DCGM_FI_DEV_XID_ERRORS`` gauge only holds the last XID seen and stays set
+    until DCGM restarts, hence the count series wins when both are there.
+    """
+    if gpu.xid_counts is not None:
+        return [
+            XidEvent(xid=xid, source="dcgm", gpu_uuid=gpu.uuid)
+            for xid, count in sorted(gpu.xid_counts.items())
+            if xid > 0
+            for _ in range(max(0, count))
+        ]
+    if gpu.last_xid is not None and gpu.last_xid > 0:
+        return [XidEvent(xid=gpu.last_xid, source="dcgm", gpu_uuid=gpu.uuid, message=gpu.last_xid_message)]
+    return []
 
 
 def exporter_snapshot(node: str, gpus: Sequence[ExporterGpu]) -> NodeSnapshot:
     """A snapshot of the GPUs a page names (``gpuhealth check --dcgm-metrics`` with no other snapshot).
 
-    Judge it with :data:`PAGE_SNAPSHOT_CHECKS`: NVML never read these GPUs, so NVML's presence judgement
-    (a GPU that answers none of its readings is unreadable) does not apply to what a page leaves out.
+    Judge it with :data:`checks.runner.PAGE_SNAPSHOT_CHECKS`: NVML never read these GPUs, so NVML's presence
+    judgement (a GPU that answers none of its readings is unreadable) does not apply to what a page leaves
+    out.
     """
-    return NodeSnapshot(node=node, gpus=[gpu.as_snapshot_gpu() for gpu in gpus])
-
-
-PAGE_SNAPSHOT_CHECKS: tuple[RegisteredCheck, ...] = tuple(c for c in CHECKS if c.name != "presence")
-"""The checks that judge a snapshot made from an exporter page alone (see :func:`exporter_snapshot`)."""
+    return NodeSnapshot(node=node, gpus=[as_snapshot_gpu(gpu) for gpu in gpus])
 
 
 def exporter_findings(gpus: Sequence[ExporterGpu], config: ChecksConfig, *, node: str = "") -> list[Finding]:

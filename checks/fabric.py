@@ -29,9 +29,10 @@ from datetime import datetime, timedelta
 
 from checks.base import gpu_finding, warn_or_fail
 from checks.config import ChecksConfig, FabricConfig
-from core.findings import Action, Finding
+from core.findings import SHARED_CAUSE_CODES, Action, Finding, Status
 from core.snapshot import GpuSnapshot, IbPort, LinkEvent, NodeSnapshot, SxidEvent
 
+FABRIC_DOWN_CODE = SHARED_CAUSE_CODES[0]
 INFINIBAND = "infiniband"
 """Check family of the port faults: they break multi-node jobs only (the label policy routes on)."""
 NVSWITCH = "nvswitch"
@@ -39,8 +40,48 @@ NVSWITCH = "nvswitch"
 
 ACTIVE_STATE = 4  # "4: ACTIVE" (IB_PORT_ACTIVE)
 LINK_UP_PHYS_STATE = 5  # "5: LinkUp" (IB_PORT_PHYS_STATE_LINK_UP)
+FABRIC_NOT_SUPPORTED = 0  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: no signal, whoever saved it
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 _FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+FABRIC_UNHEALTHY = 2  # NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
+FABRIC_LIMITED_CAPACITY = 3  # NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
+
+
+PORT_COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
+"""Widths of the standard port counters in ``counters/`` (the kernel's ``drivers/infiniband/core/sysfs.c``,
+PortCounters of the IB specification). They saturate: at ``2**bits - 1`` they stop, never wrap."""
+
+
+def saturated_counters(port: IbPort, names: Iterable[str]) -> list[str]:
+    """The watched standard counters of a port pinned at their maximum, as ``name at value (N-bit)``.
+
+    A pinned counter's increase is 0 forever, so flap and error-rate detection on it are blind. A counter
+    of the same name in ``hw_counters/`` (the driver's own, 64-bit) is the one read then, and is never pinned.
+    """
+    standard = port.counters or {}
+    wider = port.hw_counters or {}
+    pinned: list[str] = []
+    for name in sorted(set(names)):
+        bits = PORT_COUNTER_BITS.get(name)
+        value = standard.get(name)
+        if bits is None or value is None or name in wider:
+            continue
+        if value >= (1 << bits) - 1:
+            pinned.append(f"{name} at {value} ({bits}-bit)")
+    return pinned
 
 
 def state_number(text: str | None) -> int | None:
@@ -85,15 +126,45 @@ def check_fabric(snapshot: NodeSnapshot, config: ChecksConfig) -> list[Finding]:
     findings: list[Finding] = []
     readings = snapshot.fabric
     if readings is not None and readings.ib_ports is not None:
-        findings.extend(_ports_down(snapshot.node, watched_ports(readings.ib_ports, settings), settings))
+        watched = watched_ports(readings.ib_ports, settings)
+        findings.extend(_ports_down(snapshot.node, watched, settings))
         findings.extend(_devices_missing(readings.ib_ports, settings))
+        findings.extend(_saturated(watched, settings))
     findings.extend(finding for gpu in snapshot.gpus if (finding := _gpu_fabric(gpu, settings)))
     if readings is not None:
         findings.extend(_sxids(readings.sxid_events, settings))
     return findings
 
 
+INIT_STATE = 2  # "2: INIT": physically up, never configured by a subnet manager
+
+
+def _fabric_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[Finding]:
+    """``IB_FABRIC_DOWN``: every InfiniBand port of the node down or stuck in INIT, as when the subnet manager
+    is gone. Reported whatever ``expected_active_ports`` says (no sibling is up to infer from); the aggregator
+    takes it for a shared cause when several nodes report it (its breaker), never for a node to drain."""
+    infiniband = [port for port in ports if (port.link_layer or "InfiniBand") == "InfiniBand"]
+    if not infiniband or any(port_up(port) is not False for port in infiniband):
+        return []
+    stuck = [port for port in infiniband if state_number(port.state) == INIT_STATE]
+    why = "stuck in INIT (no subnet manager?)" if len(stuck) == len(infiniband) else "down or stuck in INIT"
+    listed = ", ".join(
+        f"{port_key(port)} ({port.state or '?'} / {port.phys_state or '?'})" for port in infiniband
+    )
+    return [
+        _node_finding(
+            INFINIBAND,
+            code=FABRIC_DOWN_CODE,
+            message=f"{node}: every InfiniBand port {why}: {listed}",
+            action=settings.port_down_action,
+        )
+    ]
+
+
 def _ports_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[Finding]:
+    fabric_down = _fabric_down(node, ports, settings)
+    if fabric_down:  # the whole fabric, not one port: one finding says so
+        return fabric_down
     states = [(port, port_up(port)) for port in ports]
     down = [port for port, up in states if up is False]
     if not down:
@@ -122,6 +193,29 @@ def _ports_down(node: str, ports: list[IbPort], settings: FabricConfig) -> list[
     ]
 
 
+def _saturated(ports: list[IbPort], settings: FabricConfig) -> list[Finding]:
+    """``IB_COUNTER_SATURATED`` (unknown): the counters flap and error-rate detection read are pinned."""
+    names = {"link_downed", *settings.error_thresholds}
+    pinned = [
+        f"{port_key(port)} {', '.join(found)}" for port in ports if (found := saturated_counters(port, names))
+    ]
+    if not pinned:
+        return []
+    return [
+        Finding(
+            check=INFINIBAND,
+            gpu=None,
+            status=Status.UNKNOWN,
+            code="IB_COUNTER_SATURATED",
+            message=(
+                "IB port counter(s) saturated: their increase is 0, so flap / error-rate detection on them "
+                f"is blind until they are reset (perfquery -R, or a driver reload): {'; '.join(pinned)}"
+            ),
+            action=Action.NONE,
+        )
+    ]
+
+
 def _siblings_mostly_up(port: IbPort, states: list[tuple[IbPort, bool | None]]) -> bool:
     """More of the ports of the same link layer are up than down: this port is expected up too."""
     same = [up for other, up in states if other.link_layer == port.link_layer and up is not None]
@@ -146,7 +240,7 @@ def _devices_missing(ports: list[IbPort], settings: FabricConfig) -> list[Findin
 
 def _gpu_fabric(gpu: GpuSnapshot, settings: FabricConfig) -> Finding | None:
     fabric = gpu.fabric
-    if fabric is None or fabric.state is None:
+    if fabric is None or fabric.state in (None, FABRIC_NOT_SUPPORTED):
         return None
     action = settings.fabric_manager_action
     if fabric.state != FABRIC_COMPLETED:
@@ -156,18 +250,44 @@ def _gpu_fabric(gpu: GpuSnapshot, settings: FabricConfig) -> Finding | None:
     elif fabric.status not in (None, 0):
         detail = f"NVLink fabric registration failed (NVML status {fabric.status})"
         code = "NVLINK_FABRIC_FAILED"
+    elif fabric.health_summary == FABRIC_UNHEALTHY:
+        detail = "the driver reports its NVLink fabric unhealthy"
+        code = "NVLINK_FABRIC_UNHEALTHY"
+    elif fabric.health_summary == FABRIC_LIMITED_CAPACITY:
+        detail = "the driver reports its NVLink fabric at limited capacity (degraded bandwidth)"
+        return gpu_finding(
+            NVSWITCH,
+            gpu,
+            status=Status.WARN,
+            code="NVLINK_FABRIC_DEGRADED",
+            detail=detail,
+            action=Action.NONE,
+        )
     else:
         return None
     return gpu_finding(NVSWITCH, gpu, status=warn_or_fail(action), code=code, detail=detail, action=action)
 
 
+SXID_SEVERITY_FATAL = 1
+"""``Severity 1`` on the driver's follow-up line: NVSWITCH_ERROR_SEVERITY_FATAL."""
+
+
+def _sxid_key(event: SxidEvent) -> tuple[int, int | None, str | None]:
+    return event.sxid, event.switch, event.pci_bus_id
+
+
 def _sxids(events: Iterable[SxidEvent], settings: FabricConfig) -> list[Finding]:
     fatal: list[str] = []
     other: list[str] = []
-    for event in events:
-        if event.severity is None:  # a detail line ("Severity 1 Engine instance ...", "Data {...}")
-            continue
+    listed = list(events)
+    headers = {_sxid_key(event) for event in listed if event.severity is not None}
+    for event in listed:
         text = f"SXid {event.sxid}" + (f" on nvswitch{event.switch}" if event.switch is not None else "")
+        if event.severity is None:  # a detail line ("Severity 1 Engine instance ...", "Data {...}")
+            # Its header line lost (a rotated or truncated log): judged by its own "Severity 1".
+            if event.detail_severity == SXID_SEVERITY_FATAL and _sxid_key(event) not in headers:
+                fatal.append(f"{text} (Severity 1 detail line; its header line is missing)")
+            continue
         (fatal if event.severity == "fatal" else other).append(text)
     findings: list[Finding] = []
     if fatal:
@@ -322,15 +442,68 @@ def _advance(
             buckets.append((start, {name: rise for name, rise in rises.items() if rise}))
     flap_start = now - timedelta(seconds=settings.flap_window_s)
     downs = [at for at in history.downs if at >= flap_start]
+    # only downs inside the window: a line delivered late (a backlog, a restarted follower) that happened
+    # long ago is not a flap now; a line without a time happened "now" as far as anyone knows
     downs.extend(
-        event.at or now
+        at
         for event in events
-        if not event.up and port.netdev is not None and event.netdev == port.netdev
+        if not event.up and _names_port(event, port) and (at := event.at or now) >= flap_start
     )
     return PortHistory(last=counters, buckets=tuple(buckets), downs=tuple(downs))
+
+
+def _names_port(event: LinkEvent, port: IbPort) -> bool:
+    """Whether a link line is about this port: by its interface (mlx5 netdev lines) or by device and port
+    number (ib_core's port-state lines, the only sign of an InfiniBand port, which has no interface)."""
+    if port.netdev is not None and event.netdev == port.netdev:
+        return True
+    return event.ib_device == port.device and event.port == port.port
 
 
 def _increase(history: PortHistory, name: str, now: datetime, window_s: float, settings: FabricConfig) -> int:
     """How much a counter rose in the buckets that overlap the window (a bucket counts whole)."""
     start = now - timedelta(seconds=window_s + _bucket_s(settings))
     return sum(rises.get(name, 0) for at, rises in history.buckets if at > start)
+
+
+# --- a saved log, judged over its own timestamps (a post-mortem) -------------------------------------------
+
+
+def judge_logged_flaps(events: Iterable[LinkEvent], config: ChecksConfig) -> list[Finding]:
+    """``IB_LINK_FLAP`` from a saved kernel log alone: ``flap_threshold`` link downs of one port within any
+    ``flap_window_s`` of the log's own times (``gpuhealth check --kernel-log FILE``, a post-mortem with no
+    earlier reading). Ports are named as the lines name them (interface, or RDMA device and port); a down
+    without a time cannot be placed in a window and is not counted."""
+    settings = config.fabric
+    if not settings.enabled:
+        return []
+    downs: dict[str, list[datetime]] = {}
+    for event in events:
+        if event.up or event.at is None:
+            continue
+        name = f"{event.ib_device}/{event.port}" if event.ib_device is not None else event.netdev
+        if name is not None:
+            downs.setdefault(name, []).append(event.at)
+    window = timedelta(seconds=settings.flap_window_s)
+    flapping: list[str] = []
+    for name, times in sorted(downs.items()):
+        times.sort()
+        for first, at in enumerate(times):
+            last = first + settings.flap_threshold - 1
+            if last < len(times) and times[last] - at <= window:
+                span = (times[last] - at).total_seconds()
+                count = settings.flap_threshold
+                flapping.append(
+                    f"{name} ({count} link downs in {span:.0f} s from {at:%Y-%m-%d %H:%M:%S} UTC)"
+                )
+                break
+    if not flapping:
+        return []
+    return [
+        _node_finding(
+            INFINIBAND,
+            code="IB_LINK_FLAP",
+            message="IB/RoCE link flapping (kernel log): " + "; ".join(flapping),
+            action=settings.flap_action,
+        )
+    ]

@@ -104,6 +104,6 @@ def _nvml_unavailable(error: str) -> Finding:
         gpu=None,
         status=Status.UNKNOWN,
         code="NVML_UNAVAILABLE",
-        message=f"NVML could not be initialised: {text}",
+        message=f"NVML unavailable: {text}",
         action=Action.NONE,
     )

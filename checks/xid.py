@@ -11,7 +11,9 @@ default action; NVIDIA's workflows refine it with the other XIDs seen on the sam
 * 64 -> reset_gpu; repeated -> ``xid.xid64_repeat_action`` (NVIDIA's investigatory CONTACT_SUPPORT).
 * 13 / 31 repeated -> the message recommends diagnostics (WORKFLOW_XID_13 / 31).
 * 74 -> reset_gpu, noting that the peer at the other end of the link may be the faulty one.
-* 144-150 (NVLink5) -> by the severity word of the message: Fatal -> reset_gpu, Nonfatal -> none.
+* 144-150 (NVLink5) -> by NVIDIA's decode sheet (checks/xid_nvlink5.py): the error status (XID 149 link
+  events: the link-down reason) decides reset_gpu or none; the message's Fatal / Nonfatal word only where
+  the sheet does not list the unit or status, and no message at all: reset_gpu.
 * not in the catalogue (and NVML's 999) -> ``xid.unknown_action`` (contact-support level).
 
 ``xid.overrides`` then replaces the action of any code, ``none`` included (which silences it to ``ok``).
@@ -29,9 +31,11 @@ from dataclasses import dataclass
 
 from checks.base import gpu_label
 from checks.config import ChecksConfig
-from checks.recovery_action import action_for_value, recovery_change_from_message, value_name
+from checks.recovery_action import action_for_value, value_name
 from checks.xid_catalogue import lookup, status_for_action
+from checks.xid_nvlink5 import Resolution, decode
 from core.findings import Action, Finding
+from core.recovery_message import recovery_change_from_message
 from core.snapshot import NodeSnapshot, XidEvent, pci_key
 
 CHECK = "xid"
@@ -91,23 +95,12 @@ def _assign_events(snapshot: NodeSnapshot) -> tuple[list[list[XidEvent]], dict[s
     per_gpu = [list(gpu.xid_events) for gpu in snapshot.gpus]
     orphans: dict[str, list[XidEvent]] = {}
     for event in snapshot.unattributed_xid_events:
-        position = _owner(snapshot, event)
+        position = snapshot.owner_of(event)
         if position is not None:
             per_gpu[position].append(event)
             continue
         orphans.setdefault(_orphan_label(event), []).append(event)
     return per_gpu, orphans
-
-
-def _owner(snapshot: NodeSnapshot, event: XidEvent) -> int | None:
-    """The position of the listed GPU an unattributed event names by UUID or PCI address, if any."""
-    for position, gpu in enumerate(snapshot.gpus):
-        if event.gpu_uuid is not None and gpu.uuid == event.gpu_uuid:
-            return position
-    if event.pci_bus_id is None:
-        return None
-    owner = snapshot.gpu_by_pci(event.pci_bus_id)
-    return next((pos for pos, gpu in enumerate(snapshot.gpus) if gpu is owner), None)
 
 
 def _orphan_label(event: XidEvent) -> str:
@@ -214,6 +207,18 @@ _FATAL = re.compile(r"\bfatal\b", re.IGNORECASE)
 
 
 def _judge_nvlink5(ctx: _Context) -> _Judgement:
+    """NVIDIA's decode sheet first (the error status decides); the severity word only where it is silent."""
+    decoded = [decode(ctx.code, event.message) for event in ctx.events]
+    if decoded and all(item is not None for item in decoded):
+        known = [item for item in decoded if item is not None]
+        worst = max(known, key=lambda item: item.resolution.rank)
+        if worst.resolution is Resolution.RESET_GPU:
+            return _Judgement(
+                _catalogue_action(ctx.code), f"NVLink5 decode {worst.describe()}: reset the GPU"
+            )
+        if worst.resolution is Resolution.XID_154_EVAL:
+            return _Judgement(Action.NONE, f"NVLink5 decode {worst.describe()}: act on the XID 154 it raises")
+        return _Judgement(Action.NONE, f"NVLink5 decode {worst.describe()}")
     severities = [_nvlink5_severity(event.message) for event in ctx.events]
     if all(severity == "nonfatal" for severity in severities):
         return _Judgement(Action.NONE, "non-fatal NVLink5 event")

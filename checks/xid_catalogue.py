@@ -329,7 +329,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: SAW Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(
         145,
@@ -337,7 +337,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: RLW Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(
         146,
@@ -345,7 +345,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: TLW Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(
         147,
@@ -353,7 +353,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: TREX Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(
         148,
@@ -361,7 +361,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: NVLPW_CTRL Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(
         149,
@@ -369,7 +369,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: NETIR Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(
         150,
@@ -377,7 +377,7 @@ _ROWS: tuple[XidEntry, ...] = (
         "NVLINK: MSE Error",
         Bucket.WORKFLOW_NVLINK5_ERR,
         action=Action.RESET_GPU,
-        note="Fatal in the message, or no message: reset_gpu; Nonfatal: none (decode sheet).",
+        note="By the decode sheet's error status (checks/xid_nvlink5.py); else the Fatal / Nonfatal word.",
     ),
     _row(151, "ROBUST_CHANNEL_KEY_ROTATION_ERROR", "Key rotation Error", Bucket.RESTART_VM),
     _row(152, "ROBUST_CHANNEL_DLA_SMMU_ERROR", "DLA SMMU Error", Bucket.IGNORE),

@@ -61,6 +61,19 @@ def is_accepted_node_name(name: str) -> bool:
 
 
 ShortText = Annotated[str, Field(max_length=1000)]
+FINDING_TEXT_LIMITS = {"check": 64, "gpu": 128, "code": 128, "message": 1000}
+"""The longest text a report's finding may carry, per field (a ``Finding`` itself is not bounded: the agent
+clips what it reports with :func:`reportable_finding`)."""
+
+
+def reportable_finding(finding: Finding) -> Finding:
+    """``finding`` with its text cut to what a report may carry."""
+    clipped = {
+        name: value[:limit]
+        for name, limit in FINDING_TEXT_LIMITS.items()
+        if isinstance(value := getattr(finding, name), str) and len(value) > limit
+    }
+    return finding.model_copy(update=clipped) if clipped else finding
 
 
 def reject_unstorable_text(value: object) -> None:
@@ -219,6 +232,11 @@ class Report(_Body):
             raise ValueError("verdict.node must equal node")
         if len(self.verdict.findings) > 500:
             raise ValueError("at most 500 findings per report")
+        for index, finding in enumerate(self.verdict.findings):
+            for name, limit in FINDING_TEXT_LIMITS.items():
+                value = getattr(finding, name)
+                if isinstance(value, str) and len(value) > limit:
+                    raise ValueError(f"verdict.findings[{index}].{name}: at most {limit} characters")
         return self
 
 
@@ -375,7 +393,9 @@ class CentralDrain(_Wire):
 class PermitRefusal(_Wire):
     """Why a permit was refused (HTTP 409)."""
 
-    code: Literal["breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node"]
+    code: Literal[
+        "breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node", "shared_cause"
+    ]
     reason: str
 
 

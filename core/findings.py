@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +69,12 @@ def worst_action(actions: Iterable[Action]) -> Action:
     return max(actions, key=lambda action: action.rank, default=Action.NONE)
 
 
+SHARED_CAUSE_CODES: Final = ("IB_FABRIC_DOWN",)
+"""Finding codes that, reported by several nodes at once, have one cause outside every node (the whole
+InfiniBand fabric down: the subnet manager gone). The aggregator's breaker treats them so: no node is drained
+for them one by one."""
+
+
 class Finding(BaseModel):
     """One observation of one check about one GPU (``gpu`` is the UUID) or the node (``gpu`` null)."""
 
@@ -78,6 +86,51 @@ class Finding(BaseModel):
     code: str = Field(description="Stable identifier such as XID_79 or ROW_REMAP_PENDING.")
     message: str
     action: Action
+    since: datetime | None = Field(
+        default=None,
+        exclude_if=lambda since: since is None,  # only on a stamped finding: the rest keep the v1 shape
+        description=(
+            "For an unknown finding: since when this signal has been unknown (UTC), so a stale verdict is "
+            "never taken for a fresh one (optional extension)."
+        ),
+    )
+
+    def shown(self, now: datetime) -> str:
+        """The message as people see it: an unknown one with its age ("unknown for 14 min: ...")."""
+        if self.status is not Status.UNKNOWN or self.since is None:
+            return self.message
+        return f"unknown for {age_text((now - self.since).total_seconds())}: {self.message}"
+
+
+def age_text(seconds: float) -> str:
+    """A duration as people read it: 40 s, 14 min, 3 h, 2 d."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def with_unknown_ages(
+    findings: Iterable[Finding], held: Mapping[tuple[str | None, str], datetime], now: datetime
+) -> tuple[list[Finding], dict[tuple[str | None, str], datetime]]:
+    """Each unknown finding stamped with since when it has been unknown (``held``: the previous pass's
+    stamps, by GPU and code), and the stamps to hold for the next pass; a finding that is gone or no longer
+    unknown starts afresh."""
+    stamped: list[Finding] = []
+    stamps: dict[tuple[str | None, str], datetime] = {}
+    for finding in findings:
+        if finding.status is not Status.UNKNOWN:
+            stamped.append(finding)
+            continue
+        key = (finding.gpu, finding.code)
+        since = finding.since or held.get(key) or now
+        stamps[key] = since
+        stamped.append(finding if finding.since == since else finding.model_copy(update={"since": since}))
+    return stamped, stamps
 
 
 class Verdict(BaseModel):

@@ -11,11 +11,14 @@ add optional fields without breaking older readers.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.config import JsonDict
+
+from core.dcgm import DcgmReadings
 
 SNAPSHOT_SCHEMA: Final = "gpuhealth.snapshot/v1"
 
@@ -115,7 +118,9 @@ class GpuFabric(_Model):
     """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfo): NVSwitch systems only.
 
     ``state`` is NVML's fabric state (1 not started, 2 in progress, 3 completed; 0 "not supported" is stored
-    as a null ``fabric``); ``status`` is the NVML return code of the registration once completed (0 success).
+    as a null ``fabric``, and a saved 0 means the same: no signal); ``status`` is the NVML return code of the
+    registration once completed (0 success); ``health_summary`` the fabric's health where the driver
+    reports it.
     """
 
     state: int | None = Field(
@@ -126,6 +131,13 @@ class GpuFabric(_Model):
     )
     clique_id: int | None = Field(default=None, description="The NVLink clique (partition) the GPU is in.")
     cluster_uuid: str | None = Field(default=None, description="The NVLink domain (cluster) UUID, if set.")
+    health_summary: int | None = Field(
+        default=None,
+        description=(
+            "NVML_GPU_FABRIC_HEALTH_SUMMARY_*: 1 healthy, 2 unhealthy, 3 limited capacity (degraded); null "
+            "when the driver reports none (extension; nvmlDeviceGetGpuFabricInfoV, GB200-class systems)."
+        ),
+    )
 
 
 class GpuSnapshot(_Model):
@@ -194,12 +206,19 @@ class IbPort(_Model):
 
 
 class LinkEvent(_Model):
-    """A NIC port's link going down or up, from a kernel-log line (mlx5_core ``Link down`` / ``Link up``)."""
+    """A NIC port's link going down or up, from a kernel-log line: mlx5's netdev ``Link down`` / ``Link up``,
+    or ib_core's ``<ibdev>: Port: N Link DOWN`` / ``ACTIVE`` (an InfiniBand port, which has no netdev)."""
 
-    up: bool = Field(description="True for Link up, False for Link down.")
+    up: bool = Field(description="True for Link up (ACTIVE), False for Link down (DOWN).")
     at: UtcDatetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
     pci_bus_id: str | None = Field(default=None, description="The NIC function's PCI address as printed.")
     netdev: str | None = Field(default=None, description="The interface named by the line, if any.")
+    ib_device: str | None = Field(
+        default=None, description="The RDMA device an ib_core port-state line names, e.g. mlx5_0 (extension)."
+    )
+    port: int | None = Field(
+        default=None, description="The port number of an ib_core port-state line (extension)."
+    )
     message: str | None = Field(default=None, description="The line's text after the driver prefix.")
 
 
@@ -217,6 +236,13 @@ class SxidEvent(_Model):
     )
     message: str | None = Field(default=None, description="The text after the SXid number.")
     at: UtcDatetime | None = Field(default=None, description="When it happened (UTC), if the line says.")
+    detail_severity: int | None = Field(
+        default=None,
+        description=(
+            "N of a follow-up line's 'Severity N' (the driver's NVSWITCH_ERROR_SEVERITY_*: 0 non-fatal, "
+            "1 fatal); null on a header line (extension)."
+        ),
+    )
 
 
 class FabricReadings(_Model):
@@ -251,7 +277,8 @@ class NodeSnapshot(_Model):
     driver_version: str | None = None
     expected_gpu_count: int | None = None
     nvml_error: str | None = Field(
-        default=None, description="Set when NVML could not be initialised at all; gpus is then empty."
+        default=None,
+        description="Set when NVML could not be initialised or did not answer (watchdog); gpus is empty.",
     )
     gpus: list[GpuSnapshot]
     unattributed_xid_events: Annotated[list[XidEvent], BeforeValidator(_none_as_empty_list)] = Field(
@@ -264,6 +291,13 @@ class NodeSnapshot(_Model):
     fabric: FabricReadings | None = Field(
         default=None,
         description="InfiniBand / RoCE ports, NIC link events and NVSwitch SXids (v1 extension; optional).",
+    )
+    dcgm: DcgmReadings | None = Field(
+        default=None,
+        description=(
+            "What dcgm-exporter and `dcgmi health` said at this reading, before judgement (v1 extension; "
+            "optional): null when no DCGM source is configured."
+        ),
     )
 
     model_config = ConfigDict(
@@ -279,12 +313,34 @@ class NodeSnapshot(_Model):
         """Serialise in the v1 wire form (``schema`` key, every field present, nulls included)."""
         return self.model_dump_json(by_alias=True, indent=indent)
 
-    def gpu_by_pci(self, bus_id: str) -> GpuSnapshot | None:
-        """The GPU at a PCI address, whatever its spelling (``0000:3b:00`` or ``00000000:3B:00.0``)."""
-        wanted = pci_key(bus_id)
-        if wanted is None:
-            return None
-        return next((gpu for gpu in self.gpus if gpu.pci_bus_id and pci_key(gpu.pci_bus_id) == wanted), None)
+    def owner_of(self, event: XidEvent) -> int | None:
+        """The position of the listed GPU an XID belongs to (:func:`xid_owner`), or None."""
+        return xid_owner(self.gpus, event)
+
+
+def xid_owner(gpus: Sequence[GpuSnapshot], event: XidEvent) -> int | None:
+    """The position in ``gpus`` of the GPU an XID belongs to, decided once for every path (NVML's events,
+    kernel-log lines, DCGM's, and the checks' unattributed events).
+
+    The GPU its UUID names, else the GPU at its PCI address (any spelling, :func:`pci_key`); None when
+    neither names a listed GPU. The UUID wins because it names one chip for its life, while a PCI address
+    names a slot, and the event's source read the UUID from the chip itself (NVML, DCGM).
+    """
+    if event.gpu_uuid is not None:
+        for position, gpu in enumerate(gpus):
+            if gpu.uuid == event.gpu_uuid:
+                return position
+    wanted = pci_key(event.pci_bus_id) if event.pci_bus_id else None
+    if wanted is None:
+        return None
+    return next(
+        (
+            position
+            for position, gpu in enumerate(gpus)
+            if gpu.pci_bus_id and pci_key(gpu.pci_bus_id) == wanted
+        ),
+        None,
+    )
 
 
 _PCI_RE = re.compile(

@@ -18,7 +18,7 @@ import uvicorn
 from agent.uplink.client import AggregatorClient
 from aggregator.app import create_app
 from aggregator.remediator import DrainFactory
-from aggregator.server import tls_options
+from aggregator.server import serving_options
 from aggregator.settings import load_settings
 from core.clock import utc_now
 from sim.http_server import wait_until_started
@@ -78,7 +78,7 @@ class AggregatorServer:
             port=self.port,
             log_level="warning",
             access_log=False,
-            **tls_options(settings),
+            **serving_options(settings),
         )
         self.app = app
         self._server = uvicorn.Server(config)

@@ -116,7 +116,7 @@ class ThreadedHttpServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
-            http="h11",
+            http="httptools",
             loop="asyncio",
             timeout_graceful_shutdown=1,
             timeout_keep_alive=30,

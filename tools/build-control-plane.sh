@@ -13,6 +13,8 @@
 #   kube-apiserver=/…/kube-apiserver
 #   kube-controller-manager=/…/kube-controller-manager
 #   crds=/…/crds
+# then calls tools/build-kube-stack.sh, which builds (or, with --check, finds) the rest of the stack into the
+# same cache base: kube-scheduler, kwok and the JobSet, Kueue and Trainer managers, one line each.
 # Progress goes to stderr. A warm cache (everything present) skips the build.
 # With --check, nothing is built: the paths are printed when the cache is warm, else exit status 3.
 #
@@ -79,9 +81,20 @@ esac
 warm=1
 for n in "${NAMES[@]}"; do [ -x "$DEST/$n" ] || warm=0; done
 for c in "${CRDS[@]}"; do [ -f "$DEST/crds/$c" ] || warm=0; done
+# The rest of the stack, after the control plane: with --check its lines for what is built (the control
+# plane's status stands alone: the stack's tests skip on their own); otherwise built, and its failure is ours.
+stack() {
+  if [ "$CHECK_ONLY" = 1 ]; then
+    "$ROOT/tools/build-kube-stack.sh" --check || true
+  else
+    "$ROOT/tools/build-kube-stack.sh"
+  fi
+}
+
 if [ "$warm" = 1 ] && [ -f "$DEST/.complete" ]; then
   log "cache warm: $DEST"
   print_paths
+  stack
   exit 0
 fi
 if [ "$CHECK_ONLY" = 1 ]; then
@@ -134,6 +147,7 @@ mv "$STAGE" "$DEST"
 trap - EXIT
 log "built in $((SECONDS - start)) s: $(du -sh "$DEST" | cut -f1) in $DEST"
 print_paths
+stack
 }
 
 main "$@"

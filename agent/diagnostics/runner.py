@@ -41,6 +41,7 @@ from agent.diagnostics.order import DiagOrder
 from agent.diagnostics.settings import DiagnosticsSettings
 from agent.diagnostics.state import DiagnosticsState, DiagnosticsStore, RunningDiag
 from agent.state.machine import HealthStateMachine
+from checks.dcgmi import diag_findings
 from core.aggregator_api import ActionTaken
 from core.clock import Clock
 from core.findings import Finding
@@ -289,7 +290,7 @@ class DiagnosticsRunner:
                 self._update(running=None, failed_findings=[], failed_incident=None)
                 self._note("ok", f"{what} passed in {outcome.seconds:.0f} s: {summary}")
             else:
-                found = outcome.findings(run.uuids)
+                found = diag_findings(outcome.result, run.uuids)
                 self._update(running=None, failed_findings=found, failed_incident=None)
                 self._note("failed", f"{what} failed in {outcome.seconds:.0f} s: {summary}")
             self._log.info("diagnostic_finished", passed=outcome.passed, seconds=round(outcome.seconds, 1))

@@ -17,6 +17,7 @@ import structlog
 from agent.backends.kernel_log import KernelLogError, attach_kernel_xids
 from agent.backends.nvml.seam import NvmlBackendError
 from agent.backends.nvml.xid_watcher import XidBuffer
+from core.findings import Action, Finding, Status
 from core.snapshot import NodeSnapshot, XidEvent
 from remediation.executor.contract import NodeExecutor
 
@@ -66,6 +67,8 @@ class XidFeed:
         self._watcher: EventThread | None = None
         self._follower: EventThread | None = None
         self._next_watcher_try = 0.0
+        self._follower_lost_at: float | None = None  # its thread ended: it delivers nothing any more
+        self._next_follower_try = 0.0
 
     @property
     def watching(self) -> bool:
@@ -95,7 +98,9 @@ class XidFeed:
         self.ensure_watching()
 
     def ensure_watching(self) -> None:
-        """Start the NVML watcher if it is not running and the retry pause has passed."""
+        """Start the NVML watcher if it is not running and the retry pause has passed; notice a kernel-log
+        follower whose thread ended (it would deliver nothing, silently) and start a new one."""
+        self._watch_follower()
         if self._watcher_factory is None or self.watching or self._monotonic() < self._next_watcher_try:
             return
         self._next_watcher_try = self._monotonic() + self._retry_s
@@ -107,6 +112,45 @@ class XidFeed:
             return
         self._stop_thread(self._watcher)
         self._watcher = watcher
+
+    def _watch_follower(self) -> None:
+        follower = self._follower
+        if follower is None or follower.running or self._follower_factory is None:
+            return
+        now = self._monotonic()
+        if self._follower_lost_at is None:
+            self._follower_lost_at = now
+            log.error("kernel_log_follower_stopped")
+        if now < self._next_follower_try:
+            return
+        self._next_follower_try = now + self._retry_s
+        replacement = self._follower_factory(self.on_kernel_xid)
+        try:
+            replacement.start()
+        except KernelLogError as exc:
+            log.error("kernel_log_unavailable", error=str(exc))
+            return
+        self._follower, self._follower_lost_at = replacement, None
+        log.info("kernel_log_follower_restarted")
+
+    def findings(self, snapshot: NodeSnapshot) -> list[Finding]:
+        """``KERNEL_LOG_STOPPED`` (unknown) while the kernel-log follower delivers nothing (a finding source:
+        kernel-log XIDs and fabric lines are blind then, which must not read as "all is well")."""
+        del snapshot
+        lost = self._follower_lost_at
+        if lost is None:
+            return []
+        message = f"the kernel-log follower stopped {self._monotonic() - lost:.0f} s ago; restarting it"
+        return [
+            Finding(
+                check="kernel_log",
+                gpu=None,
+                status=Status.UNKNOWN,
+                code="KERNEL_LOG_STOPPED",
+                message=message,
+                action=Action.NONE,
+            )
+        ]
 
     def merge_kernel_events(self, snapshot: NodeSnapshot) -> NodeSnapshot:
         """The snapshot with the kernel-log XIDs received since the last call attached to their GPUs."""

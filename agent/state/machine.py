@@ -156,8 +156,9 @@ class _Reading:
 
 
 def default_incident_id(node: str, started_at: datetime) -> str:
-    """``inc-<node>-<UTC start>-<4 hex>``: readable, sortable by time, unique across restarts."""
-    return f"inc-{node}-{started_at:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+    """``inc-<node>-<UTC start>-<16 hex>``: readable, sortable by time, unique across restarts, and not to be
+    guessed by another node (64 random bits): an id is a node's claim on an incident."""
+    return f"inc-{node}-{started_at:%Y%m%dT%H%M%SZ}-{secrets.token_hex(8)}"
 
 
 def is_bad(finding: Finding) -> bool:

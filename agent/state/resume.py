@@ -22,6 +22,7 @@ the pending read-back the loop runs until it is finished.
 from __future__ import annotations
 
 import re
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ STATE_RESTORED = "STATE_RESTORED"
 _OUT_OF_SERVICE_LABELS = frozenset({"unhealthy", "quarantined"})
 _NOT_INCIDENT_TAINTS = frozenset({TESTING_TAINT})  # a deep diagnostic's taint: no incident behind it
 _NOT_INCIDENT_REASONS = frozenset({ALL_CHECKS_PASSED, NO_READING_YET, DIAGNOSTIC_RUNNING, "Unknown"})
-_ID_START = re.compile(r"-(\d{8}T\d{6}Z)-[0-9a-f]+$")
+_ID_START = re.compile(r"-(\d{8}T\d{6}Z)-(?:lost-)?[0-9a-f]+$")
 _QUARANTINE_PREFIX = "quarantined by hand: "
 
 
@@ -90,7 +91,8 @@ def resumed_state(
         return None
     known = record.incident
     incident_id = facts.incident_annotation or (known.id if known is not None else None)
-    incident_id = incident_id or f"inc-{node}-{now:%Y%m%dT%H%M%SZ}-lost"
+    # Random like a normal id: no other node may take a read-back id first (docs/security.md).
+    incident_id = incident_id or f"inc-{node}-{now:%Y%m%dT%H%M%SZ}-lost-{secrets.token_hex(8)}"
     same = known if known is not None and known.id == incident_id else None
     manual = facts.condition_reason == MANUAL_QUARANTINE or record.hold is not None
     action = _action(facts, same, record.permit, manual)

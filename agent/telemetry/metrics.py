@@ -7,8 +7,8 @@ benchmarks' agents can be told apart when their registries are scraped together.
 from __future__ import annotations
 
 from collections import Counter as TallyCounter
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -129,6 +129,10 @@ class AgentMetrics:
         loop change them; reading at scrape time needs no hook in either)."""
         self.registry.register(_OutboxCollector(self.node, stats))
 
+    def watch_detectors(self, stats: Callable[[], Mapping[str, DetectorCounts]]) -> None:
+        """Export the watchdog's stalls per detector (NVML, dcgm-exporter, dcgmi), read at each scrape."""
+        self.registry.register(_DetectorCollector(self.node, stats))
+
     def _count_xids(self, snapshot: NodeSnapshot) -> None:
         events = [*snapshot.unattributed_xid_events]
         for gpu in snapshot.gpus:
@@ -192,3 +196,37 @@ class _OutboxCollector(Collector):
         )
         rejected.add_metric([self._node], stats.rejected)
         yield from (queued, dropped, set_aside, rejected)
+
+
+class DetectorCounts(Protocol):
+    """What the watchdog says of one detector (``agent.sources.watchdog.DetectorStats``)."""
+
+    @property
+    def stalls(self) -> int: ...
+
+    @property
+    def stalled_s(self) -> float: ...
+
+
+class _DetectorCollector(Collector):
+    """``gpuhealth_agent_detector_stalls`` and ``gpuhealth_agent_detector_stalled_seconds`` per detector."""
+
+    def __init__(self, node: str, stats: Callable[[], Mapping[str, DetectorCounts]]) -> None:
+        self._node = node
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stalls = CounterMetricFamily(
+            "gpuhealth_agent_detector_stalls",
+            "Detector calls (NVML, dcgm-exporter, dcgmi) that missed the watchdog's deadline.",
+            labels=["node", "detector"],
+        )
+        stalled = GaugeMetricFamily(
+            "gpuhealth_agent_detector_stalled_seconds",
+            "How long the detector's current call has hung past its deadline (0: answering).",
+            labels=["node", "detector"],
+        )
+        for detector, counts in sorted(self._stats().items()):
+            stalls.add_metric([self._node, detector], counts.stalls)
+            stalled.add_metric([self._node, detector], counts.stalled_s)
+        yield from (stalls, stalled)

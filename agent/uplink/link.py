@@ -41,6 +41,7 @@ from core.aggregator_api import (
     Report,
     ReportAck,
     RequestKind,
+    reportable_finding,
 )
 from core.clock import Clock
 from core.findings import Verdict, worst_status
@@ -456,7 +457,9 @@ def build_report(
             "interval_s": max(interval_s, MIN_INTERVAL_S) if interval_s is not None else None,
             "orchestrator": orchestrator,
             "state": NodeState(health.state.value),
-            "verdict": verdict.model_copy(update={"findings": verdict.findings[:MAX_FINDINGS]}),
+            "verdict": verdict.model_copy(
+                update={"findings": [reportable_finding(f) for f in verdict.findings[:MAX_FINDINGS]]}
+            ),
             "incident": (
                 IncidentReport(
                     id=incident.id,

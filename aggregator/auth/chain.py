@@ -119,6 +119,7 @@ def build_chain(settings: AggregatorSettings) -> AuthChain:
                 settings.nomad_address,
                 audience=settings.nomad_audience,
                 agent_jobs=list(settings.nomad_agent_jobs),
+                agent_namespace=settings.nomad_agent_namespace,
                 credentials=credentials_from_file(nomad_token) if nomad_token else lambda: None,
             )
         )
@@ -146,6 +147,7 @@ def _token_review(settings: AggregatorSettings, api_url: str) -> TokenReviewAuth
             credentials_from_file(settings.kubernetes_token_file),
             audience=settings.kubernetes_audience,
             service_accounts=list(settings.kubernetes_agent_service_accounts),
+            foreign_issuers=(settings.oidc_issuer,) if settings.oidc_issuer else (),
             verify=str(ca) if ca is not None else True,
         )
     except (OSError, ssl.SSLError) as exc:

@@ -6,6 +6,8 @@ The aggregator calls the API server with its own credentials (its ServiceAccount
 belongs to one of the agent ServiceAccounts, and names a node (``authentication.kubernetes.io/node-name``,
 set for tokens bound to a pod); the agent may then act for that node only. Answers are cached briefly (by
 the token's hash), so a fleet's reports cost the API server a review per agent per minute, not per report.
+Tokens plainly another authenticator's (a person's OIDC ID token, a Nomad workload identity) are never sent
+to the API server.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import structlog
 
 from aggregator.auth.answer_cache import UNKNOWN, AnswerCache, Unknown
@@ -41,6 +44,7 @@ class TokenReviewAuthenticator:
         *,
         audience: str,
         service_accounts: list[str],
+        foreign_issuers: tuple[str, ...] = (),
         verify: str | bool = True,
         timeout_s: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -54,12 +58,17 @@ class TokenReviewAuthenticator:
         self._credentials = credentials
         self._audience = audience
         self._service_accounts = frozenset(service_accounts)
+        self._foreign_issuers = frozenset(issuer.rstrip("/") for issuer in foreign_issuers)
         self._answers = AnswerCache(monotonic, MAX_CACHED)
 
     def known_answer(self, token: str) -> Principal | Unknown | None:
+        if self._someone_elses(token):
+            return None
         return self._answers.get(token)
 
     def authenticate(self, token: str) -> Principal | None:
+        if self._someone_elses(token):
+            return None  # never sent to the API server: a person's ID token is not the cluster's to see
         cached = self._answers.get(token)
         if cached is not UNKNOWN:
             return cached
@@ -70,6 +79,17 @@ class TokenReviewAuthenticator:
         ttl = CACHE_TTL_S if principal is not None else NEGATIVE_CACHE_TTL_S
         self._answers.put(token, principal, now + ttl)
         return principal
+
+    def _someone_elses(self, token: str) -> bool:
+        """Whether the token is plainly another authenticator's: a JWT of the OIDC issuer (``iss``) or a
+        Nomad workload identity. Read without verifying: it only decides whom not to ask."""
+        if token.count(".") != 2:
+            return False
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            return False
+        return str(claims.get("iss", "")).rstrip("/") in self._foreign_issuers or "nomad_job_id" in claims
 
     def _review(self, token: str) -> tuple[bool, Principal | None]:
         """Whether the API server answered, and the agent the token is (None: not one)."""

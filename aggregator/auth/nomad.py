@@ -2,8 +2,11 @@
 audience of our own), signed by the Nomad servers; the aggregator verifies it against the servers' public
 keys (``/.well-known/jwks.json``), then asks the API which node the claimed allocation runs on.
 
-A token is an agent's only if its signature, audience and expiry hold, its job is one of the agent jobs,
-and its allocation exists, belongs to that job and is placed on a node: the agent acts for that node only.
+A token is an agent's only if its signature, audience and expiry hold, its namespace is the agent jobs'
+namespace (``nomad_agent_namespace``) and its job one of the agent jobs, and its allocation, looked up in that
+namespace, exists, belongs to that namespace and job and is placed on a node: the agent acts for that node
+only. The namespace is the aggregator's, never the token's: a tenant who may submit jobs in another
+namespace (one the aggregator may read, to requeue its jobs) and names one like the agent is no agent.
 Answers are cached (by the token's hash) until the token expires or for a minute, whichever comes first.
 """
 
@@ -38,6 +41,7 @@ class NomadIdentityAuthenticator:
         *,
         audience: str,
         agent_jobs: list[str],
+        agent_namespace: str = "default",
         credentials: Callable[[], str | None] = lambda: None,
         timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
@@ -46,11 +50,12 @@ class NomadIdentityAuthenticator:
     ) -> None:
         base = address.rstrip("/")
         self._jwks = jwks_client or jwt.PyJWKClient(
-            base + JWKS_PATH, cache_keys=True, lifespan=300, timeout=5
+            base + JWKS_PATH, cache_keys=True, lifespan=300, timeout=5, cooldown_duration=30
         )
         self._http = httpx.Client(base_url=base, timeout=timeout_s, transport=transport)
         self._audience = audience
         self._agent_jobs = frozenset(agent_jobs)
+        self._namespace = agent_namespace
         self._credentials = credentials
         self._answers = AnswerCache(clock, MAX_CACHED)
 
@@ -93,8 +98,7 @@ class NomadIdentityAuthenticator:
         except jwt.PyJWTError as exc:
             log.info("nomad identity refused", reason=type(exc).__name__)
             return True, None, 0.0
-        if claims["nomad_job_id"] not in self._agent_jobs:
-            log.info("nomad identity: not an agent job", job=claims["nomad_job_id"])
+        if not self._of_an_agent_job(claims):
             return True, None, 0.0
         answered, node = self._node_of(claims)
         if node is None:
@@ -102,13 +106,24 @@ class NomadIdentityAuthenticator:
         principal = Principal(name=node, role=Role.AGENT, method=AuthMethod.NOMAD, node=node)
         return True, principal, float(claims["exp"])
 
+    def _of_an_agent_job(self, claims: dict[str, Any]) -> bool:
+        """Whether the token is of an agent job in the agents' namespace (never the one it names only)."""
+        namespace = claims.get("nomad_namespace") or "default"
+        if namespace != self._namespace:
+            log.info("nomad identity: not the agents' namespace", namespace=str(namespace)[:128])
+            return False
+        if claims["nomad_job_id"] not in self._agent_jobs:
+            log.info("nomad identity: not an agent job", job=str(claims["nomad_job_id"])[:128])
+            return False
+        return True
+
     def _node_of(self, claims: dict[str, Any]) -> tuple[bool, str | None]:
         """The name of the node the claimed allocation of the claimed job is placed on."""
         headers = {"X-Nomad-Token": token} if (token := self._credentials()) else {}
         try:
             response = self._http.get(
                 f"/v1/allocation/{claims['nomad_allocation_id']}",
-                params={"namespace": claims.get("nomad_namespace") or "default"},
+                params={"namespace": self._namespace},
                 headers=headers,
             )
             if response.status_code == 404:
@@ -119,6 +134,8 @@ class NomadIdentityAuthenticator:
             log.warning("nomad allocation lookup failed", error=type(exc).__name__)
             return False, None
         if not isinstance(allocation, dict) or allocation.get("JobID") != claims["nomad_job_id"]:
+            return True, None
+        if allocation.get("Namespace", "default") != self._namespace:
             return True, None
         node = allocation.get("NodeName")
         return True, node if isinstance(node, str) and node else None

@@ -22,6 +22,8 @@ log = structlog.get_logger(__name__)
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 ALGORITHMS = ["RS256", "ES256", "EdDSA"]  # asymmetric only: a shared-secret HS256 token proves nothing here
 CACHE_TTL_S = 60.0
+DISCOVERY_RETRY_S = 30.0  # a failed discovery is not tried again sooner: no request waits on it meanwhile
+NAME_PREFIX = "oidc:"  # a person's name, told apart from the token file's names in requested_by and audit
 MAX_CACHED = 10_000
 
 
@@ -47,6 +49,8 @@ class OidcAuthenticator:
         self._timeout_s = timeout_s
         self._lock = threading.Lock()  # guards the lazily discovered JWKS client
         self._jwks: jwt.PyJWKClient | None = None
+        self._clock = clock
+        self._discovery_retry_at = 0.0
         self._answers = AnswerCache(clock, MAX_CACHED)
 
     def known_answer(self, token: str) -> Principal | Unknown | None:
@@ -79,13 +83,13 @@ class OidcAuthenticator:
                 issuer=self._issuer,
                 options={"require": ["exp", "iss", "aud", self._name_claim]},
             )
-        except (jwt.PyJWTError, httpx.HTTPError, ValueError, KeyError) as exc:
+        except (jwt.PyJWTError, httpx.HTTPError, ValueError, KeyError, DiscoveryFailed) as exc:
             log.info("oidc token refused", reason=type(exc).__name__)
             return None
         groups = claims.get(self._groups_claim) or []
         groups = [groups] if isinstance(groups, str) else [g for g in groups if isinstance(g, str)]
         roles = [self._role_map[group] for group in groups if group in self._role_map]
-        name = str(claims[self._name_claim])[:128]
+        name = NAME_PREFIX + str(claims[self._name_claim])[: 128 - len(NAME_PREFIX)]
         if not roles:
             log.info("oidc person has no role", person=name)
             return None
@@ -93,14 +97,29 @@ class OidcAuthenticator:
         return Principal(name=name, role=role, method=AuthMethod.OIDC), float(claims["exp"])
 
     def _keys(self) -> jwt.PyJWKClient:
-        """The issuer's key set client, from its discovery document (fetched once)."""
+        """The issuer's key set client, from its discovery document (fetched once; a failure is remembered
+        for ``DISCOVERY_RETRY_S``, so a down issuer costs one attempt, not one per request)."""
         with self._lock:
             if self._jwks is not None:
                 return self._jwks
-        response = httpx.get(self._issuer + DISCOVERY_PATH, timeout=self._timeout_s)
-        response.raise_for_status()
-        jwks_uri = str(response.json()["jwks_uri"])
-        client = jwt.PyJWKClient(jwks_uri, cache_keys=True, lifespan=300, timeout=int(self._timeout_s))
+            if self._clock() < self._discovery_retry_at:
+                raise DiscoveryFailed("discovery failed recently")
+        try:
+            response = httpx.get(self._issuer + DISCOVERY_PATH, timeout=self._timeout_s)
+            response.raise_for_status()
+            jwks_uri = str(response.json()["jwks_uri"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            with self._lock:
+                self._discovery_retry_at = self._clock() + DISCOVERY_RETRY_S
+            log.warning("oidc discovery failed", error=type(exc).__name__, retry_in_s=DISCOVERY_RETRY_S)
+            raise DiscoveryFailed(type(exc).__name__) from exc
+        client = jwt.PyJWKClient(
+            jwks_uri, cache_keys=True, lifespan=300, timeout=int(self._timeout_s), cooldown_duration=30
+        )
         with self._lock:
             self._jwks = client
         return client
+
+
+class DiscoveryFailed(Exception):
+    """The issuer's discovery document could not be read (now, or recently)."""

@@ -31,6 +31,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ProblemDetail, "description": "No such object."}}
 CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ProblemDetail}}
+BAD_TOKEN: dict[int | str, dict[str, Any]] = {
+    400: {"model": ProblemDetail, "description": "A continue token that is not one of ours."}
+}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from aggregator.auth.chain import Caller
 from aggregator.auth.principal import Role
 from aggregator.auth.rules import require_agent_or_role
 from aggregator.routes.context import CONFLICT, ERRORS, NOT_FOUND, AppContext, IdPath, NodePath
-from aggregator.routes.permits import require_permit_holder
+from aggregator.routes.permits import no_such_permit, require_permit_holder
 from aggregator.store import drains
 from core.aggregator_api import CentralDrain, DrainOrder
 
@@ -53,8 +53,9 @@ def router(ctx: AppContext) -> APIRouter:
         """Where the central drain of a permit stands, with its news (its node's agent, or a viewer)."""
         with ctx.db.read() as conn:
             node = permits.node_of(conn, permit_id)
-            if node is None:
-                raise permits.PermitNotFound(f"no permit {permit_id}")
+            if node is None or not _may_read(caller, node):
+                # Another node's permit reads as none at all: ids must not tell which nodes are remediated.
+                raise permits.PermitNotFound(no_such_permit(permit_id, caller.principal.node))
             require_agent_or_role(caller.principal, node, Role.VIEWER, "read drains")
             found = drains.get(conn, permit_id)
         if found is None:
@@ -72,3 +73,9 @@ def router(ctx: AppContext) -> APIRouter:
         return found
 
     return routes
+
+
+def _may_read(caller: Caller, node: str) -> bool:
+    """An agent reads its own node's permits only; anyone else is judged by role (a 403 if too low)."""
+    principal = caller.principal
+    return principal.role is not Role.AGENT or principal.may_act_for(node)

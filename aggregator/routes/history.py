@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
-from fastapi.exceptions import RequestValidationError
 
 from aggregator import queries
 from aggregator.auth.principal import Role
-from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, decode_token
-from aggregator.routes.context import ERRORS, NOT_FOUND, AppContext
+from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, event_position
+from aggregator.routes.context import BAD_TOKEN, ERRORS, NOT_FOUND, AppContext
 from core.aggregator_api import NODE_NAME_PATTERN, Event, IncidentDetail, IncidentSummary
 
 NodeQuery = Annotated[str | None, Query(pattern=NODE_NAME_PATTERN, max_length=253)]
 SinceQuery = Annotated[str | None, Query(max_length=64, description="1h, 30m, 2d or an ISO time")]
-IncidentPath = Annotated[str, Path(max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+# ``~``: the node-scoped ids the aggregator gives (aggregator/incident_ids.py).
+IncidentPath = Annotated[str, Path(max_length=128, pattern=r"^[A-Za-z0-9._:~-]+$")]
 ContinueQuery = Annotated[str | None, Query(alias="continue", max_length=MAX_TOKEN_CHARS)]
 
 
@@ -46,7 +45,7 @@ def router(ctx: AppContext) -> APIRouter:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no incident {incident_id}")
         return detail
 
-    @routes.get("/v1/events", response_model=list[Event])
+    @routes.get("/v1/events", response_model=list[Event], responses=BAD_TOKEN)
     def get_events(
         request: Request,
         response: Response,
@@ -61,7 +60,7 @@ def router(ctx: AppContext) -> APIRouter:
         before them, and the first page's ``X-Total-Count`` says how many match in all (a repeated line
         is one event with a count)."""
         when = ctx.since(since)
-        before = _event_position(decode_token(continue_token))
+        before = event_position(continue_token)
         with ctx.db.read() as conn:
             page = queries.event_list(conn, node=node, since=when, limit=limit, before=before)
             if before is None:
@@ -73,19 +72,3 @@ def router(ctx: AppContext) -> APIRouter:
         return page
 
     return routes
-
-
-def _event_position(position: list[Any] | None) -> tuple[datetime, int] | None:
-    """An event's (time, id) from a continue token of ``/v1/events``."""
-    if position is None:
-        return None
-    try:
-        return datetime.fromisoformat(str(position[0])), int(position[1])
-    except (ValueError, IndexError, TypeError) as exc:
-        error = {
-            "type": "value_error",
-            "loc": ("query", "continue"),
-            "msg": "not an events token",
-            "input": "",
-        }
-        raise RequestValidationError([error]) from exc

@@ -11,8 +11,8 @@ from aggregator.auth.chain import Caller
 from aggregator.auth.principal import Role
 from aggregator.auth.rules import require_agent_or_role
 from aggregator.forget import forget_node
-from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, decode_token
-from aggregator.routes.context import ERRORS, NOT_FOUND, AppContext, NodePath
+from aggregator.pagination import MAX_TOKEN_CHARS, announce_next, node_position
+from aggregator.routes.context import BAD_TOKEN, ERRORS, NOT_FOUND, AppContext, NodePath
 from core.aggregator_api import STALE, FleetSummary, NodeDetail, NodeForgotten, NodeSummary
 from core.health import NodeState
 
@@ -32,7 +32,7 @@ def router(ctx: AppContext) -> APIRouter:
         with ctx.db.read() as conn:
             return queries.fleet_summary(conn, ctx.settings, ctx.now())
 
-    @routes.get("/v1/nodes", response_model=list[NodeSummary], dependencies=reader)
+    @routes.get("/v1/nodes", response_model=list[NodeSummary], dependencies=reader, responses=BAD_TOKEN)
     def get_nodes(
         request: Request,
         response: Response,
@@ -42,8 +42,7 @@ def router(ctx: AppContext) -> APIRouter:
     ) -> list[NodeSummary]:
         """Nodes by name, optionally only those in one shown state; a full page announces the next one in
         its ``Link`` header (``rel="next"``)."""
-        position = decode_token(continue_token)
-        after = str(position[0]) if position else None
+        after = node_position(continue_token)
         with ctx.db.read() as conn:
             page = queries.node_list(conn, ctx.now(), state=state, limit=limit, after=after)
         announce_next(request, response, [page[-1].name] if len(page) == limit else None)

@@ -75,14 +75,16 @@ def router(ctx: AppContext) -> APIRouter:
 
 
 def require_permit_holder(conn: Any, caller: Caller, permit_id: int, what: str) -> None:
-    """Refuse (403) unless the caller is the agent of the node holding the permit; 404 if there is none."""
+    """Refuse (403) a caller that is no agent; 404 when the permit does not exist or is another node's: the
+    same answer for both, so that no node learns which other nodes are being remediated."""
     principal = caller.principal
     if principal.role is not Role.AGENT and not principal.any_node:
         raise Forbidden(f"{principal.describe()} may not {what}: only the node's own agent may")
     node = permits.node_of(conn, permit_id)
-    if node is None:
-        raise permits.PermitNotFound(f"no permit {permit_id}")
-    if not principal.may_act_for(node):
-        raise Forbidden(
-            f"{principal.describe()} may only {what} of its own node; permit {permit_id} is {node}'s"
-        )
+    if node is None or not principal.may_act_for(node):
+        raise permits.PermitNotFound(no_such_permit(permit_id, principal.node))
+
+
+def no_such_permit(permit_id: int, node: str | None) -> str:
+    """The 404's detail, alike for a permit that does not exist and one of another node."""
+    return f"no permit {permit_id}" + (f" of node {node}" if node else "")

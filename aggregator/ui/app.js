@@ -47,6 +47,19 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+function age(iso) {
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+// an unknown reading with its age ("unknown for 14 min"): a stale verdict is never taken for a fresh one
+function findingStatus(finding) {
+  return finding.status === "unknown" && finding.since ? `unknown for ${age(finding.since)}` : finding.status;
+}
+
 function localTimes() { return sessionStorage.getItem(ZONE_KEY) === "local"; }
 
 // A time to the second, in one zone everywhere on the page: UTC ("18:24:43Z"), or this browser's on request.
@@ -357,7 +370,7 @@ async function refreshNode(name) {
   const index = new Map(node.gpus.map((gpu) => [gpu.uuid, gpu.index]));
   $("node-findings").replaceChildren(...(node.findings.length ? node.findings.map((finding) => el("tr", { "data-code": finding.code },
     el("td", { text: finding.gpu ? `GPU ${index.has(finding.gpu) ? index.get(finding.gpu) : finding.gpu}` : "node" }),
-    el("td", { text: finding.status }), el("td", { text: finding.code }), el("td", { text: finding.message })))
+    el("td", { text: findingStatus(finding) }), el("td", { text: finding.code }), el("td", { text: finding.message })))
     : [el("tr", {}, el("td", { class: "hint", text: incident ? "none now; the incident stays open until the node is validated and released" : "none" }))]));
   if (node.incident) {
     const head = `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`;

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from gpuhealth.cli.fleet_cmd import _client, _common_options, _console, _print_json, _table, _when
 from gpuhealth.cli.guard import confirm, node_name
+from gpuhealth.cli.safe_text import terminal_safe_model
 
 if TYPE_CHECKING:
     from agent.uplink.client import AggregatorClient
@@ -48,7 +49,7 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(entries)
     else:
-        print_audit(entries, datetime.now(UTC))
+        print_audit(terminal_safe_model(entries), datetime.now(UTC))
     return 0
 
 

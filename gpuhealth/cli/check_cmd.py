@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from core.findings import Finding, Verdict
+from core.dcgm import DcgmReadings
+from core.findings import Finding, Verdict, with_unknown_ages
 from core.settings import default_node_name
 from core.snapshot import FabricReadings, NodeSnapshot
 from gpuhealth.cli.common import load_yaml_mapping
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from checks.config import ChecksConfig
 
 EXIT_UNKNOWN = 3
+LIVE_READ_TIMEOUT_S = 30.0  # reading 8 GPUs takes well under a second; NVML hung on a lost GPU never ends
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from checks.runner import run_checks
+    from checks.runner import CHECKS, PAGE_SNAPSHOT_CHECKS, merge_findings, run_checks
 
     config = _load_checks_config(args.config)
     page = _read_dcgm_page(args.dcgm_metrics) if args.dcgm_metrics else None
@@ -63,17 +66,21 @@ def run_check(args: argparse.Namespace) -> int:
     snapshot = _page_snapshot(args, page) if page is not None and from_page else _read_snapshot(args)
     if args.kernel_log:
         snapshot = _with_kernel_log(snapshot, args.kernel_log)
-    if from_page:
-        from checks.dcgm_exporter import PAGE_SNAPSHOT_CHECKS
+    if page is not None:
+        snapshot = _with_dcgm_page(snapshot, page)
+    verdict = run_checks(snapshot, config, checks=PAGE_SNAPSHOT_CHECKS if from_page else CHECKS)
+    if args.kernel_log and snapshot.fabric is not None:  # a post-mortem: flaps over the log's own times
+        from checks.fabric import judge_logged_flaps
 
-        verdict = run_checks(snapshot, config, checks=PAGE_SNAPSHOT_CHECKS)
-    else:
-        verdict = run_checks(snapshot, config)
-    extra = _dcgm_findings(args, page, snapshot, config)
-    if extra:
-        from checks.dcgm import merge_findings
-
+        logged = judge_logged_flaps(snapshot.fabric.link_events, config)
+        if logged:
+            verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, logged))
+    if args.dcgmi_diag:
+        extra = _diag_file_findings(args.dcgmi_diag, snapshot)
         verdict = Verdict.from_findings(snapshot.node, merge_findings(verdict.findings, extra))
+    if snapshot.taken_at is not None:  # unknown since the reading at the latest: a stale file shows its age
+        stamped, _ = with_unknown_ages(verdict.findings, {}, snapshot.taken_at)
+        verdict = Verdict.from_findings(snapshot.node, stamped)
     _print(verdict, snapshot, as_json=args.json)
     return verdict.exit_code
 
@@ -101,22 +108,32 @@ def _read_snapshot(args: argparse.Namespace) -> NodeSnapshot:
     from agent.backends.infiniband import DEFAULT_SYSFS_ROOT
     from agent.backends.nvml.backend import NvmlBackend
     from agent.sources.fabric import FabricSource
+    from agent.sources.watchdog import Deadline, Stall
 
-    with NvmlBackend(
-        node_name=args.node or default_node_name(), expected_gpu_count=args.expected_gpus
-    ) as backend:
-        return FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
+    node = args.node or default_node_name()
+
+    def read() -> NodeSnapshot:
+        with NvmlBackend(node_name=node, expected_gpu_count=args.expected_gpus) as backend:
+            return FabricSource(backend, sysfs_root=DEFAULT_SYSFS_ROOT).snapshot()
+
+    # A GPU falling off the bus can hang NVML: the check answers unknown instead of hanging with it.
+    outcome = Deadline("nvml", LIVE_READ_TIMEOUT_S).run(read)
+    if isinstance(outcome, Stall):
+        began = datetime.now(UTC) - timedelta(seconds=outcome.waited_s)  # unknown since the call began
+        return NodeSnapshot(node=node, taken_at=began, nvml_error=outcome.describe(), gpus=[])
+    return outcome
 
 
-def _read_dcgm_page(location: str) -> str | Finding:
-    """The page's text; an unreachable or erroring URL is an unknown finding, a bad file is exit 3."""
-    from agent.backends.dcgm.exporter import ExporterError, parse_metrics, read_page, unavailable
+def _read_dcgm_page(location: str) -> str | DcgmReadings:
+    """The page's text; an unreachable or erroring URL is an exporter error (judged unknown), a bad file
+    is exit 3."""
+    from agent.backends.dcgm.exporter import ExporterError, parse_metrics, read_page
 
     is_url = location.startswith(("http://", "https://"))
     try:
         text = read_page(location)
     except ExporterError as exc:
-        return unavailable(str(exc))
+        return DcgmReadings(exporter_error=str(exc))
     except OSError as exc:
         raise CliError(f"{location}: {exc.strerror or exc}", EXIT_UNKNOWN) from exc
     if not is_url:
@@ -127,7 +144,7 @@ def _read_dcgm_page(location: str) -> str | Finding:
     return text
 
 
-def _page_snapshot(args: argparse.Namespace, page: str | Finding) -> NodeSnapshot:
+def _page_snapshot(args: argparse.Namespace, page: str | DcgmReadings) -> NodeSnapshot:
     """With no --snapshot, the GPUs are the ones the page names (by UUID); the node is its host label."""
     from agent.backends.dcgm.exporter import ExporterError, host_of, parse_metrics
     from checks.dcgm_exporter import exporter_snapshot
@@ -137,28 +154,23 @@ def _page_snapshot(args: argparse.Namespace, page: str | Finding) -> NodeSnapsho
         try:
             gpus = parse_metrics(page)
         except ExporterError:
-            gpus = []  # a garbled live page: judged below as one unknown finding
+            gpus = []  # a garbled live page: judged as one unknown finding
     node = args.node or host_of(gpus) or default_node_name()
     return exporter_snapshot(node, gpus)
 
 
-def _dcgm_findings(
-    args: argparse.Namespace, page: str | Finding | None, snapshot: NodeSnapshot, config: ChecksConfig
-) -> list[Finding]:
-    from agent.backends.dcgm.exporter import findings_for_page
+def _with_dcgm_page(snapshot: NodeSnapshot, page: str | DcgmReadings) -> NodeSnapshot:
+    """The page's readings join the snapshot's DCGM readings, to be judged by the checks."""
+    from agent.backends.dcgm.exporter import readings_for_page
 
-    found: list[Finding] = []
-    if isinstance(page, Finding):
-        found.append(page)
-    elif page is not None:
-        found.extend(findings_for_page(page, snapshot, config))
-    if args.dcgmi_diag:
-        found.extend(_diag_file_findings(args.dcgmi_diag, snapshot))
-    return found
+    readings = page if isinstance(page, DcgmReadings) else readings_for_page(page, snapshot)
+    held = snapshot.dcgm if snapshot.dcgm is not None else DcgmReadings()
+    return snapshot.model_copy(update={"dcgm": held.joined(readings)})
 
 
 def _diag_file_findings(path: str, snapshot: NodeSnapshot) -> list[Finding]:
-    from checks.dcgmi import DcgmiOutputError, diag_findings, parse_diag
+    from agent.backends.dcgm.dcgmi_output import DcgmiOutputError, parse_diag
+    from checks.dcgmi import diag_findings
 
     try:
         result = parse_diag(Path(path).read_text(encoding="utf-8", errors="replace"))

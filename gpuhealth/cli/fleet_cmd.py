@@ -29,6 +29,7 @@ from gpuhealth.cli.common import load_yaml_mapping
 from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.guard import confirm, node_name
 from gpuhealth.cli.render import status_text
+from gpuhealth.cli.safe_text import terminal_safe_model
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -305,9 +306,9 @@ def run_status(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        print_summary(summary, _now())
-        print_open_incidents(incidents, done, _now())
-        print_silences(silences, _now(), headline=False)
+        print_summary(terminal_safe_model(summary), _now())
+        print_open_incidents(terminal_safe_model(incidents), terminal_safe_model(done), _now())
+        print_silences(terminal_safe_model(silences), _now(), headline=False)
     return 0
 
 
@@ -330,7 +331,7 @@ def run_alerts(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(alerts)
     else:
-        print_alerts(alerts, _now())
+        print_alerts(terminal_safe_model(alerts), _now())
     return 0
 
 
@@ -353,7 +354,7 @@ def run_silence(args: argparse.Namespace) -> int:
         elif args.json:
             _print_json(silences)
         else:
-            print_silences(silences, _now(), headline=True)
+            print_silences(terminal_safe_model(silences), _now(), headline=True)
         return 0
     body = _silence_body(args)
     with _client(args) as client:
@@ -418,7 +419,7 @@ def run_node(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(detail)
     else:
-        print_node(detail, _now())
+        print_node(terminal_safe_model(detail), _now())
     return 0
 
 
@@ -439,7 +440,7 @@ def run_events(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(events)
     else:
-        print_events(events, _now())
+        print_events(terminal_safe_model(events), _now())
     if more:
         # On stderr, so that --json stays one JSON document; a person sees it under the table either way.
         print(_fewer_than_found(len(events), total, args.since), file=sys.stderr)
@@ -519,7 +520,7 @@ def run_breaker(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status)
     else:
-        print_breaker(status, _now())
+        print_breaker(terminal_safe_model(status), _now())
     return 0
 
 
@@ -645,7 +646,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
                 status_text(finding.status),
                 Text(finding.code),
                 finding.action.value,
-                Text(finding.message),
+                Text(finding.shown(datetime.now(UTC))),
             )
         console.print(findings)
     elif incident is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -15,8 +17,15 @@ def status_text(status: Status) -> Text:
     return Text(status.value.upper(), style=STATUS_STYLE[status])
 
 
-def print_verdict(verdict: Verdict, console: Console, gpu_index: dict[str, int] | None = None) -> None:
-    """A headline (node, status, action) and one table row per finding."""
+def print_verdict(
+    verdict: Verdict,
+    console: Console,
+    gpu_index: dict[str, int] | None = None,
+    *,
+    now: datetime | None = None,
+) -> None:
+    """A headline (node, status, action) and one table row per finding; an unknown one with its age."""
+    at = now if now is not None else datetime.now(UTC)
     headline = Text.assemble(
         ("node ", ""),
         (verdict.node, "bold"),
@@ -37,7 +46,7 @@ def print_verdict(verdict: Verdict, console: Console, gpu_index: dict[str, int] 
             status_text(finding.status),
             finding.code,
             finding.action.value,
-            finding.message,
+            finding.shown(at),
         )
     console.print(table)
 

@@ -68,6 +68,7 @@ class FakeGpu:
     fabric_state: int = nvml.NVML_GPU_FABRIC_STATE_COMPLETED  # when the profile has a GPU fabric
     fabric_status: int = nvml.NVML_SUCCESS
     fabric_clique: int = 1
+    fabric_health: int = 0  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*: 0 not reported (drivers before GB200-class)
     mig_enabled: bool = False
     lost: bool = False
     lookup_fails_when_lost: bool = True

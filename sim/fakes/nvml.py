@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any, Final, NoReturn
 
 from agent.backends.nvml import seam as nvml
-from checks.recovery_action import recovery_change_from_message
+from core.recovery_message import recovery_change_from_message
 from sim.fakes.gpu import CLOCKS_EVENT_REASONS, FakeGpu, FakeLink, new_gpu
 from sim.fakes.profiles import PROFILES
 from sim.fakes.structs import (
@@ -97,6 +97,10 @@ class FakeNvml:
         self._gpus = [new_gpu(self.profile, effective_seed, node_name, slot) for slot in range(count)]
         self._handles = [FakeDeviceHandle(self._id, slot) for slot in range(count)]
         self._lock = threading.RLock()
+        self.hang: threading.Event | None = None
+        """Set to an event and every pynvml call blocks until it is set, as NVML does on a GPU that is falling
+        off the bus: the watchdog's fault. The hang holds the library's lock, so calls from other threads (the
+        XID watcher) wait behind it, as they do on a real driver."""
         self._events_changed = threading.Condition(self._lock)
         self._event_sets: list[FakeEventSet] = []
         self._init_count = 0
@@ -127,6 +131,9 @@ class FakeNvml:
     def _enter(self, function: str) -> None:
         """Bookkeeping every pynvml call shares: count it, then the init and missing-function checks."""
         self.calls[function] += 1
+        hang = self.hang
+        if hang is not None:
+            hang.wait()  # under the lock, as the driver holds its own: every other call waits too
         if self._init_count == 0:
             _raise(nvml.NVML_ERROR_UNINITIALIZED)
         if function in self.profile.missing_functions:
@@ -403,6 +410,22 @@ class FakeNvml:
             info.cliqueId = gpu.fabric_clique
             return nvml.NVML_SUCCESS
 
+    def nvmlDeviceGetGpuFabricInfoV(self, device: object, gpuFabricInfo: Any) -> int:
+        """The versioned call (``nvmlGpuFabricInfo_v3_t``): the same fields plus the health summary. A driver
+        without the first call has no versioned one either."""
+        with self._lock:
+            gpu = self._device(device, "nvmlDeviceGetGpuFabricInfoV")
+            if "nvmlDeviceGetGpuFabricInfo" in self.profile.missing_functions:
+                _raise(nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if not self.profile.gpu_fabric:
+                _raise(nvml.NVML_ERROR_NOT_SUPPORTED)
+            info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)
+            info.state = gpu.fabric_state
+            info.status = gpu.fabric_status
+            info.cliqueId = gpu.fabric_clique
+            info.healthSummary = gpu.fabric_health
+            return nvml.NVML_SUCCESS
+
     # --- pynvml: events --------------------------------------------------------------------------------
 
     def nvmlEventSetCreate(self) -> FakeEventSet:
@@ -618,11 +641,15 @@ class FakeNvml:
         *,
         state: int = nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
         status: int = nvml.NVML_ERROR_UNKNOWN,
+        health: int | None = None,
     ) -> None:
-        """The GPU's fabric registration failed (completed with an error status) or never finished."""
+        """The GPU's fabric registration failed (completed with an error status) or never finished; with
+        ``health``, the driver's fabric health summary too (2 unhealthy, 3 limited capacity)."""
         with self._lock:
             target = self.gpu(gpu)
             target.fabric_state, target.fabric_status = state, status
+            if health is not None:
+                target.fabric_health = health
 
     def set_recovery_action(self, gpu: int | str, action: int) -> None:
         """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 reset, 2 reboot, 3 drain P2P, 4 drain and reset."""
@@ -693,6 +720,9 @@ class FakeNvml:
                 nvml.NVML_GPU_FABRIC_STATE_COMPLETED,
                 nvml.NVML_SUCCESS,
             )
+            target.fabric_health = min(
+                target.fabric_health, 1
+            )  # a reset clears a fault: healthy, if reported
 
     def clear_faults(self, gpu: int | str) -> None:
         """The GPU repaired: a reset, plus it is back on the bus, its PCIe link at full width and speed,

@@ -7,7 +7,7 @@ would. What the agents did is read back from the emulator's store (the same obje
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,6 +248,15 @@ class KubernetesOrchestrator:
         if found is None:
             raise LookupError(f"no node {name}")
         return self._view(found.obj, self._pods_per_node())
+
+    def tainted(self, names: Iterable[str]) -> set[str]:
+        tainted = set()
+        for name in names:
+            found = self.sim.store.get_entry("nodes", None, name)
+            taints = found.obj["spec"].get("taints") or [] if found is not None else []
+            if any(t.get("key") == TAINT_KEY for t in taints):
+                tainted.add(name)
+        return tainted
 
     def nodes(self) -> list[NodeView]:
         per_node = self._pods_per_node()

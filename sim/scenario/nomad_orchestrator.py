@@ -16,8 +16,9 @@ back from the emulator's state (the same objects the API serves):
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +179,14 @@ class NomadOrchestrator:
         except NomadApiError:
             raise LookupError(f"no node {name}") from None
         return self._view(found, self._allocs_per_node())
+
+    def tainted(self, names: Iterable[str]) -> set[str]:
+        tainted = set()
+        for name in names:
+            with contextlib.suppress(NomadApiError):
+                if self._view(self.sim.state.node(name), {}).taint is not None:
+                    tainted.add(name)
+        return tainted
 
     def nodes(self) -> list[NodeView]:
         per_node = self._allocs_per_node()

@@ -7,6 +7,7 @@ restarts), and to take the orchestrator's API away for an outage.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -76,6 +77,11 @@ class Orchestrator(Protocol):
     def node(self, name: str) -> NodeView: ...
 
     def nodes(self) -> list[NodeView]: ...
+
+    def tainted(self, names: Iterable[str]) -> set[str]:
+        """Which of ``names`` carry our taint (our quarantine on Nomad) now: the fault-to-taint probe's one
+        question, answered from the named nodes alone (no workload counts, no read of the whole fleet)."""
+        ...
 
     def job(self) -> JobView | None:
         """The training job, or None when the scenario has none."""

@@ -143,3 +143,39 @@ def test_breaker_ignores_a_burst_smaller_than_its_minimum(make_client: MakeClien
     for number in range(2):  # 50 % of a tiny fleet, but only two nodes
         client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
     assert client.get("/v1/breaker", headers=AUTH).json()["state"] == "closed"
+
+
+def fabric_down(node: str, seq: int) -> dict[str, Any]:
+    """A report of the whole InfiniBand fabric down (every port stuck in INIT: the subnet manager gone)."""
+    body = report(node, seq, "unhealthy")
+    body["verdict"]["findings"] = [
+        {
+            "check": "infiniband",
+            "gpu": None,
+            "status": "fail",
+            "code": "IB_FABRIC_DOWN",
+            "message": f"{node}: every InfiniBand port stuck in INIT (no subnet manager?)",
+            "action": "replace",
+        }
+    ]
+    body["verdict"]["action"] = "replace"
+    return body
+
+
+def test_many_nodes_reporting_the_whole_fabric_down_are_one_shared_cause_not_drains(
+    make_client: MakeClient,
+) -> None:
+    """Below the breaker's percentage, yet three nodes with the whole fabric down trip it: one cause (the
+    subnet manager), not three nodes to drain one by one; the second is already refused as a shared cause."""
+    client = make_client(breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3)
+    seed(client, 20)
+    client.post("/v1/reports", json=fabric_down("node-0", 2), headers=AUTH)
+    assert ask(client, "node-0").status_code == 201  # one node alone: perhaps its own cables
+    client.post("/v1/reports", json=fabric_down("node-1", 2), headers=AUTH)
+    refused = ask(client, "node-1")
+    assert (refused.status_code, refused.json()["code"]) == (409, "shared_cause")
+    client.post("/v1/reports", json=fabric_down("node-2", 2), headers=AUTH)  # 3 of 20: 15 %
+    breaker = client.get("/v1/breaker", headers=AUTH).json()
+    assert breaker["state"] == "tripped"
+    assert "3 nodes report the whole InfiniBand fabric down (IB_FABRIC_DOWN)" in breaker["reason"]
+    assert ask(client, "node-2").json()["code"] == "breaker_tripped"

@@ -143,7 +143,10 @@ def test_an_incident_id_already_used_by_another_node_is_not_merged_into_it(clien
     post(client, report("node-1", 1, "unhealthy", incident="inc-1"))
     post(client, report("node-2", 1, "unhealthy", incident="inc-1"))
     assert client.get("/v1/incidents/inc-1", headers=AUTH).json()["node"] == "node-1"
-    assert client.get("/v1/nodes/node-2", headers=AUTH).json()["incident_id"] is None
+    # node-2's incident is recorded all the same, under a node-scoped id (issue 27: ids are per node)
+    scoped = client.get("/v1/nodes/node-2", headers=AUTH).json()["incident_id"]
+    assert scoped.startswith("inc-1~")
+    assert client.get(f"/v1/incidents/{scoped}", headers=AUTH).json()["node"] == "node-2"
 
 
 def test_incidents_older_than_the_repeat_offender_period_do_not_count(
@@ -156,3 +159,25 @@ def test_incidents_older_than_the_repeat_offender_period_do_not_count(
     post(client, report("node-1", 3, "healthy", interval_s=None))
     ack = post(client, report("node-1", 4, "unhealthy", incident="inc-3"))
     assert ack["hold"] is None
+
+
+def test_an_unknown_findings_age_reaches_on_call(client: TestClient) -> None:
+    """The agent stamps an unknown finding with since when it has been unknown; the node's detail keeps it
+    (the fleet page and `gpuhealth fleet node` show "unknown for 14 min: ...")."""
+    body = report("node-1", 1, "unknown")
+    since = "2025-12-31T23:46:00+00:00"
+    body["verdict"]["findings"] = [
+        {
+            "check": "presence",
+            "gpu": None,
+            "status": "unknown",
+            "code": "NVML_UNAVAILABLE",
+            "message": "nvml call has not answered for 840 s (watchdog)",
+            "action": "none",
+            "since": since,
+        }
+    ]
+    body["verdict"]["status"], body["verdict"]["action"] = "unknown", "none"
+    post(client, body)
+    [finding] = client.get("/v1/nodes/node-1", headers=AUTH).json()["findings"]
+    assert finding["since"] == since.replace("+00:00", "Z") or finding["since"] == since

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -106,3 +107,31 @@ def test_the_jwks_is_public_and_holds_no_private_key(nomad: NomadSim) -> None:
     keys = httpx.get(f"{nomad.address}/.well-known/jwks.json").json()["keys"]
     assert [key["alg"] for key in keys] == ["ES256"]
     assert all("d" not in key for key in keys)
+
+
+def test_a_tenants_job_named_like_the_agent_in_another_namespace_is_no_agent(tmp_path: Path) -> None:
+    """On a cluster where tenants submit jobs in a namespace the aggregator may read (to requeue them), a
+    tenant's job named like the agent, with an identity for the aggregator, is not its node's agent: the
+    agent identity is bound to the configured namespace, whatever namespace the token names."""
+    with running_nomad_sim(nodes=1, acl=True) as sim:
+        sim.register_job({**_system_job("gpuhealth-agent"), "Namespace": "tenant-a"})
+        (tenant_alloc,) = sim.wait_placed("gpuhealth-agent", 1)
+        assert tenant_alloc["Namespace"] == "tenant-a"
+        token_file = tmp_path / "nomad-token"
+        token_file.write_text(sim.management_token or "")
+        live = LiveAggregator(
+            tmp_path / "aggregator.db",
+            ManualClock(start=datetime(2026, 1, 1, tzinfo=UTC)),
+            None,
+            nomad_address=sim.address,
+            nomad_audience=AUDIENCE,
+            nomad_token_file=token_file,
+        ).start()
+        try:
+            token = sim.workload_identities.issue(tenant_alloc, task="agent", audience=AUDIENCE)
+            node = str(tenant_alloc["NodeName"])
+            with _client(live, token) as tenant, pytest.raises(Unauthorized) as refused:
+                tenant.report(Report.model_validate(report(node, 1)))
+        finally:
+            live.stop()
+    assert "HTTP 401" in str(refused.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,6 +94,7 @@ class Fleet(FleetRig):
                 policy=RemediationPolicy(drain=True, drain_deadline_s=HANG_GUARD_S),
                 drain=DRAIN,
                 link={"heartbeat_s": 0.2},
+                detector_timeout_s=1.0,
             ),
             connect=lambda _node: {"api_client": kube.api_client()},
         )
@@ -310,6 +312,24 @@ def test_a_viewer_sees_the_fleet_but_no_operator_button_and_the_api_refuses_them
         node,
     )
     assert status == 403
+
+
+def test_an_unknown_reading_shows_its_age_on_the_node_page(browser: object, fleet: Fleet) -> None:
+    """NVML hangs on one node: its page says "unknown for ..." (a stale verdict never reads as fresh)."""
+    node = "gpu-node-0"
+    signed_in(browser, fleet.aggregator.url)
+    assert wait_until(lambda: tile_state(browser, node) == "healthy")
+    release = threading.Event()
+    fleet.nvml[node].hang = release  # every NVML call blocks, as on a GPU falling off the bus
+    try:
+        fleet.tick(node)  # the watchdog answers for NVML after detector_timeout_s
+        browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{node}")  # type: ignore[attr-defined]
+        assert wait_until(lambda: text_of(browser, "node-findings").startswith("unknown for ")), text_of(
+            browser, "node-findings"
+        )
+        assert "NVML_UNAVAILABLE" in text_of(browser, "node-findings")
+    finally:
+        release.set()
 
 
 LONG_NAMES = 1000

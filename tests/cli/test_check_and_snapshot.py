@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from repo_paths import FIXTURES
+
+from core.snapshot import NodeSnapshot
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -190,3 +193,48 @@ def test_a_file_with_no_kernel_log_line_is_no_all_clear(
     assert code == 3
     assert out == ""
     assert f"{log}: 0 lines recognised as a kernel log" in err and len(err.splitlines()) == 1
+
+
+def test_a_saved_unknown_reading_shows_its_age(run_cli: RunCli, tmp_path: Path) -> None:
+    """check --snapshot of a reading NVML never answered: "unknown for 3 h", never a fresh-looking verdict."""
+    taken = datetime.now(UTC) - timedelta(hours=3)
+    stale = NodeSnapshot(
+        node="gpu-node-07",
+        taken_at=taken,
+        nvml_error="nvml call has not answered for 30 s (watchdog)",
+        gpus=[],
+    )
+    saved = tmp_path / "stale.json"
+    saved.write_text(stale.to_json(), encoding="utf-8")
+    result = run_cli("check", "--snapshot", str(saved))
+    assert result.returncode == 3
+    assert "unknown for 3 h" in " ".join(result.stdout.split())
+    as_json = json.loads(run_cli("check", "--snapshot", str(saved), "--json").stdout)
+    assert datetime.fromisoformat(as_json["findings"][0]["since"]) == taken
+
+
+def test_a_post_mortem_kernel_log_shows_the_flap_it_holds(run_cli: RunCli) -> None:
+    """gpuhealth check --kernel-log on a log with three link downs in 16 s: the flap, not "all passed"."""
+    result = run_cli(
+        "check",
+        "--snapshot",
+        str(SNAPSHOTS / "h100-sxm-healthy.json"),
+        "--kernel-log",
+        str(FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt"),
+        "--json",
+    )
+    verdict = json.loads(result.stdout)
+    assert result.returncode == 2, result.stderr
+    assert [f["code"] for f in verdict["findings"]] == ["IB_LINK_FLAP"]
+
+
+def test_a_quoted_fatal_sxid_never_fails_the_node(run_cli: RunCli, tmp_path: Path) -> None:
+    """check --kernel-log over a log whose only fatal SXids are quotes (logger, a monitor): the node stays ok."""
+    lines = (FIXTURES / "fabric" / "syslog-quoted-fabric-lines.txt").read_text().splitlines()
+    quoted = tmp_path / "syslog"
+    quoted.write_text("\n".join(line for line in lines if " kernel: " not in line) + "\n")
+    result = run_cli(
+        "check", "--snapshot", str(SNAPSHOTS / "h100-sxm-healthy.json"), "--kernel-log", str(quoted), "--json"
+    )
+    verdict = json.loads(result.stdout)
+    assert (result.returncode, verdict["status"], verdict["findings"]) == (0, "ok", [])

@@ -9,6 +9,11 @@ from pathlib import Path
 
 from repo_paths import FIXTURES as TEST_FIXTURES
 
+from agent.backends.dcgm.dcgmi_output import parse_health
+from agent.backends.dcgm.exporter import parse_metrics
+from core.dcgm import DcgmReadings
+from core.snapshot import GpuSnapshot, NodeSnapshot
+
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
 FIXTURES = TEST_FIXTURES / "dcgm"
@@ -91,3 +96,23 @@ def test_a_page_without_health_series_is_unknown_with_one_node_level_finding(run
     assert [(f["code"], f["gpu"], f["status"]) for f in verdict["findings"]] == [
         ("DCGM_EXPORTER_NO_HEALTH_SERIES", None, "unknown")
     ]
+
+
+def test_a_saved_snapshot_replays_its_dcgm_readings(run_cli: RunCli, tmp_path: Path) -> None:
+    """DCGM readings are part of the snapshot: ``check --snapshot`` judges them with no DCGM at hand."""
+    page = (FIXTURES / "exporter-3.3.5-3.4.1-faults-pods.prom").read_text(encoding="utf-8")
+    gpus = parse_metrics(page)
+    report = parse_health((FIXTURES / "health-3.3-mem-fail-pcie-warn.json").read_text(encoding="utf-8"))
+    snapshot = NodeSnapshot(
+        node="gpu-node-03",
+        gpus=[GpuSnapshot(index=gpu.index, uuid=gpu.uuid) for gpu in gpus],
+        dcgm=DcgmReadings(exporter=gpus, health=report),
+    )
+    saved = tmp_path / "snapshot.json"
+    saved.write_text(snapshot.to_json(), encoding="utf-8")
+    result = run_cli("check", "--snapshot", str(saved), "--json")
+    assert result.returncode == 2, result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    checks = {f["check"] for f in findings}
+    assert {"dcgm_exporter", "dcgm_health"} <= checks
+    assert ("XID_79", "fail") in {(f["code"], f["status"]) for f in findings}

@@ -458,3 +458,51 @@ def test_a_restart_counts_for_the_same_fault_only_within_the_window() -> None:
     assert requeued_within(job("yesterday-ish"), now, 600) is None
     assert requeued_within(job(None), now, 600) is None
     assert requeued_within(job(recent), now, 0) is None
+
+
+def test_a_jobset_template_stored_with_an_empty_condition_status_still_matches_disruption_target() -> None:
+    """The real JobSet API stores a Job template's ``onPodConditions`` pattern with ``status: ""`` when the
+    user left it out (its CRD keeps the Go zero value; the Job API defaults it to "True" only once the Job is
+    made, kube-apiserver 1.37 with JobSet v0.12.0, found by tests/realkube/test_runbook_jobset.py): the rule
+    still matches DisruptionTarget, so the JobSet's own failure policy restarts it and we write nothing."""
+    empty_status = {
+        "podFailurePolicy": {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": ""}]}]
+        }
+    }
+    restart = {
+        "rules": [
+            {"action": "RestartJobSetAndIgnoreMaxRestarts", "onJobFailureReasons": ["PodFailurePolicy"]}
+        ]
+    }
+    decision = decide(jobset_chain(jobset(empty_status, restart)), AUTO)
+    assert decision.action is RequeueAction.NONE, decision.reason
+    assert decide(OwnerChain(pod(None), (batch_job(empty_status),)), AUTO).action is RequeueAction.NONE
+
+
+def test_a_kueue_job_placed_by_topology_aware_scheduling_is_requeued_even_when_its_policy_replaces_pods() -> (
+    None
+):
+    """Kueue's topology-aware scheduling pins each pod of an admitted workload to a node (a nodeSelector
+    on the node's hostname, from the Workload's ``topologyAssignment``). A replacement pod made by the Job
+    (its policy ignores the eviction) is pinned to the tainted node and stays Pending there unless Kueue's
+    TASReplaceNodeOnNodeTaints moves the assignment (real Kueue 0.17 with the gate off:
+    tests/realkube/test_runbook_kueue_tas.py). So such a workload gets the ``spec.active`` toggle, and Kueue
+    admits it again on healthy nodes; the same Job without a topology assignment is still left to itself."""
+    chain = kueue_job_chain(pfp("Ignore"))
+    assert chain.workload is not None
+    chain.workload["status"] = {
+        "admission": {
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "count": 4,
+                    "topologyAssignment": {"levels": ["kubernetes.io/hostname"], "slices": []},
+                }
+            ]
+        }
+    }
+    decision = decide(chain, AUTO)
+    assert decision.action is ACTIVE, decision.reason
+    assert "topology" in decision.reason
+    assert decide(kueue_job_chain(pfp("Ignore")), AUTO).action is NONE

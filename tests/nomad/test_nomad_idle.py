@@ -12,11 +12,11 @@ from repo_paths import FIXTURES
 from waiting import HANG_GUARD_S
 
 from agent.backends.dcgm.dcgmi import DiagRun
+from agent.backends.dcgm.dcgmi_output import parse_diag
 from agent.diagnostics.order import DiagOrder
 from agent.diagnostics.runner import DiagnosticsRunner, IdleProbe
 from agent.diagnostics.settings import DiagnosticsSettings
 from agent.state.machine import DebounceConfig, HealthStateMachine
-from checks.dcgmi import parse_diag
 from core.clock import ManualClock
 from core.findings import Verdict
 from core.health import NodeHealth, NodeState

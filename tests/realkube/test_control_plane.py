@@ -1,4 +1,5 @@
-"""The real control plane and the fake kubelets the other realkube tests stand on."""
+"""The real control plane, kube-scheduler and the KWOK nodes the other realkube tests stand on, and the
+hand-written kubelets kept for what only a kubelet's own identity or silence shows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from control_plane import NODE_MONITOR_GRACE_S, ControlPlane, ControlPlaneUnavailable, find_binaries
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from realkube import Cluster
 from waiting import wait_until
@@ -47,21 +48,34 @@ def test_validating_admission_policies_are_served_at_v1(cluster: Cluster) -> Non
     assert {"validatingadmissionpolicies", "validatingadmissionpolicybindings"} <= names
 
 
-def test_nodes_are_registered_ready_with_gpus_and_a_lease(cluster: Cluster) -> None:
-    """Each fake kubelet registered its node (Ready, 8 nvidia.com/gpu) and its Lease in kube-node-lease."""
+@pytest.mark.parametrize("kwok", [True, False], ids=["kwok", "fake-kubelet"])
+def test_nodes_are_registered_ready_with_gpus_and_a_lease(kube_stack: ControlPlane, kwok: bool) -> None:
+    """Each node is Ready with 8 nvidia.com/gpu and has its Lease in kube-node-lease, held in its name:
+    KWOK's (its stages and lease controller) and a hand-written kubelet's (registered with its own
+    identity)."""
+    cluster = Cluster(kube_stack, nodes=2, kwok=kwok)
+    try:
+        _registered(cluster)
+    finally:
+        cluster.close()
+
+
+def _registered(cluster: Cluster) -> None:
     for name in cluster.node_names:
         node = cluster.node(name)
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
         lease = client.CoordinationV1Api(cluster.admin).read_namespaced_lease(name, "kube-node-lease")
-        assert lease.spec.holder_identity == name
+        # A kubelet holds its Lease in its node's name; KWOK in its own instance's (``vm_<uuid>``).
+        assert lease.spec.holder_identity == name if cluster.kubelets else lease.spec.holder_identity
+        assert lease.spec.renew_time is not None
         assert not [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")]
 
 
 def test_a_pod_is_bound_run_and_its_graceful_deletion_finished(cluster: Cluster) -> None:
-    """A pod is bound to a node, marked Running and Ready; deleted with a 30 s grace period, it is moved to
-    Failed and removed by its kubelet well before the grace period ends."""
+    """kube-scheduler binds a pod to a KWOK node, KWOK marks it Running and Ready; deleted with a 30 s grace
+    period, it is moved to Failed and removed well before the grace period ends."""
     body = {
         "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": 30},
@@ -82,9 +96,10 @@ def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control
     """The node lifecycle controller (grace period 25 s) leaves nodes whose kubelet renews its Lease alone;
     when one kubelet falls silent, its node gets Ready=Unknown and the unreachable taint while the other,
     alive just as long, stays Ready and untainted."""
-    cluster = Cluster(control_plane, nodes=2)
+    cluster = Cluster(control_plane, nodes=2, kwok=False)
     try:
         alive, dead = cluster.node_names
+        assert cluster.kubelets is not None
         cluster.kubelets.silent.add(dead)
 
         def unreachable(name: str) -> bool:
@@ -110,7 +125,8 @@ def test_heartbeats_keep_the_nodes_ready_and_a_silent_kubelet_is_noticed(control
 
 @pytest.mark.slow
 def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
-    """Started and stopped on its own: every process has exited and its directory is gone."""
+    """Started and stopped on its own (with kube-scheduler, KWOK and the JobSet manager when they are built):
+    every process has exited and its directory is gone."""
     try:
         binaries = find_binaries()
     except ControlPlaneUnavailable as exc:
@@ -118,9 +134,11 @@ def test_a_control_plane_stops_and_leaves_nothing_behind() -> None:
             pytest.fail(str(exc))
         pytest.skip(str(exc))
     plane = ControlPlane(binaries, controllers=("job-controller",)).start()
+    if "jobset" in plane.stack:
+        plane.controller("jobset")
     pids = [process.popen.pid for process in plane.processes]
     root = plane.root
-    assert len(pids) == 3 and root.exists()
+    assert len(pids) == 3 + plane.scheduler + plane.kwok + ("jobset" in plane.stack) and root.exists()
 
     plane.stop()
 
@@ -144,3 +162,35 @@ def test_the_admin_kubeconfig_works_for_kubectl(cluster: Cluster, tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [f"node/{name}" for name in cluster.node_names]
+
+
+def test_an_evicted_pod_ends_failed_with_disruption_target_before_it_is_removed(cluster: Cluster) -> None:
+    """What the Job and JobSet controllers judge an evicted pod by: after the Eviction API's 201 the pod
+    passes through phase Failed with the API server's ``DisruptionTarget`` condition kept and Ready False
+    (KWOK's graceful-termination stage, as a kubelet would), and only then is removed."""
+    body = {
+        "metadata": {"name": "ev"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": 30},
+    }
+    cluster.core.create_namespaced_pod(cluster.namespace, body)
+    assert wait_until(lambda: len(cluster.running()) == 1), "the pod never ran"
+    seen: list[dict[str, object]] = []
+    stream = watch.Watch()
+    version = cluster.core.list_namespaced_pod(cluster.namespace).metadata.resource_version
+
+    cluster.core.create_namespaced_pod_eviction(
+        "ev", cluster.namespace, {"metadata": {"name": "ev", "namespace": cluster.namespace}}
+    )
+
+    for event in stream.stream(
+        cluster.core.list_namespaced_pod, cluster.namespace, resource_version=version, timeout_seconds=20
+    ):
+        pod = cluster.to_dict(event["object"])
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+        seen.append({"type": event["type"], "phase": pod["status"].get("phase"), **conditions})
+        if event["type"] == "DELETED":
+            stream.stop()
+    failed = [s for s in seen if s["phase"] == "Failed"]
+    assert failed, seen
+    assert failed[0]["DisruptionTarget"] == "True" and failed[0]["Ready"] == "False", seen
+    assert seen[-1]["type"] == "DELETED", seen

@@ -3,8 +3,8 @@
 The story of ``tests/scenario/kube/test_runbook_drain.py`` for what a real cluster can run without our
 emulated operators: the disruption controller computes each PodDisruptionBudget's ``disruptionsAllowed``,
 kube-apiserver's eviction subresource decides (201, or 429 while the budget blocks), adds
-``DisruptionTarget`` and deletes the pod gracefully; the fake kubelet finishes the deletion; the real Job
-controller applies the Job's ``podFailurePolicy`` and creates the replacement, which our stand-in scheduler
+``DisruptionTarget`` and deletes the pod gracefully; KWOK finishes the deletion as a kubelet would; the real
+Job controller applies the Job's ``podFailurePolicy`` and creates the replacement, which kube-scheduler
 places on a healthy node. The agents are the real ones (``build_agent``, drain on, permits from a live
 aggregator), on real time.
 """
@@ -42,9 +42,9 @@ FAST_DRAIN = DrainPolicy(poll_interval_s=0.1, retry_initial_s=0.1, retry_max_s=0
 
 
 @pytest.fixture
-def five_nodes(control_plane: ControlPlane) -> Iterator[Cluster]:
-    """Five 8-GPU nodes: a 4-pod gang plus one spare for the replacement."""
-    made = Cluster(control_plane, nodes=5)
+def five_nodes(kube_stack: ControlPlane) -> Iterator[Cluster]:
+    """Five 8-GPU KWOK nodes: a 4-pod gang plus one spare for the replacement."""
+    made = Cluster(kube_stack, nodes=5)
     yield made
     made.close()
 

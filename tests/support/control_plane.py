@@ -1,4 +1,5 @@
-"""A real Kubernetes control plane for the tests: etcd, kube-apiserver and kube-controller-manager.
+"""A real Kubernetes control plane for the tests: etcd, kube-apiserver and kube-controller-manager, with
+kube-scheduler and KWOK when they are built, and the JobSet, Kueue and Trainer managers on demand.
 
 The binaries come from ``tools/build-control-plane.sh`` (built from Go modules into a cache directory);
 ``GPUHEALTH_CONTROL_PLANE_BIN`` names the directory holding them, otherwise the script is asked (``--check``,
@@ -11,6 +12,11 @@ admin. The API server runs with ``--authorization-mode=Node,RBAC`` and the admis
 ``NodeRestriction`` and ``ValidatingAdmissionPolicy``; the controller manager runs the controllers the
 tests need, each with its own service-account credentials. :meth:`ControlPlane.stop` ends the process
 groups and removes the directory: nothing is left behind.
+
+When ``tools/build-kube-stack.sh`` has built them (``kube_stack.find_stack``), kube-scheduler places the pods
+and KWOK runs the nodes a test makes with ``kwok.x-k8s.io/node=fake`` (``kube_stack`` says how);
+:meth:`ControlPlane.controller` starts a JobSet, Kueue or Trainer manager the first time a test asks for it
+and keeps it for the rest of the session.
 """
 
 from __future__ import annotations
@@ -35,7 +41,25 @@ import structlog
 import yaml
 from certificates import CertificateAuthority, new_key, pem_of_key
 from cryptography.hazmat.primitives import serialization
+from kube_stack import (
+    KINDS,
+    START_ORDER,
+    Controller,
+    ControlPlaneUnavailable,
+    find_stack,
+    how_to_build,
+    kwok_config,
+)
 from kubernetes import client
+
+__all__ = [
+    "NODE_MONITOR_GRACE_S",
+    "Binaries",
+    "ControlPlane",
+    "ControlPlaneUnavailable",
+    "find_binaries",
+    "free_port",
+]
 
 log = structlog.get_logger("control_plane")
 
@@ -53,6 +77,7 @@ STOP_TIMEOUT_S = 15.0
 # The controllers the tests rely on (kube-controller-manager --controllers; 1.37 names).
 CONTROLLERS = (
     "job-controller",
+    "deployment-controller",
     "disruption-controller",
     "garbage-collector-controller",
     "serviceaccount-token-controller",
@@ -66,10 +91,6 @@ CONTROLLERS = (
 )
 NODE_MONITOR_GRACE_S = 25
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
-
-class ControlPlaneUnavailable(RuntimeError):
-    """The binaries are not built (or not found)."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +166,17 @@ class _Process:
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on loopback; see the module docstring."""
 
-    def __init__(self, binaries: Binaries, *, controllers: tuple[str, ...] = CONTROLLERS) -> None:
+    def __init__(
+        self,
+        binaries: Binaries,
+        *,
+        controllers: tuple[str, ...] = CONTROLLERS,
+        stack: dict[str, Path] | None = None,
+    ) -> None:
         self.binaries = binaries
         self.controllers = controllers
+        self.stack = find_stack() if stack is None else stack
+        self.managers: dict[str, Controller] = {}
         self.root = Path(tempfile.mkdtemp(prefix="gpuhealth-cp-"))
         self.ca = CertificateAuthority.create()
         self.port = free_port()
@@ -166,14 +195,60 @@ class ControlPlane:
             self._start_apiserver()
             self._wait_ready()
             self._start_controller_manager()
+            if "kube-scheduler" in self.stack:
+                self._start_scheduler()
+            if "kwok" in self.stack:
+                self._start_kwok()
         except BaseException:
             self.stop()
             raise
         log.info("control_plane_started", url=self.url, root=str(self.root))
         return self
 
+    @property
+    def scheduler(self) -> bool:
+        """kube-scheduler places the pods (else nobody does: ``fake_kubelet`` binds them)."""
+        return "kube-scheduler" in self.stack
+
+    @property
+    def kwok(self) -> bool:
+        """KWOK runs the nodes annotated ``kwok.x-k8s.io/node=fake``."""
+        return "kwok" in self.stack
+
+    def controller(self, name: str, *, feature_gates: dict[str, bool] | None = None) -> Controller:
+        """The JobSet, Kueue or Trainer manager, started on first use (with the ones it works with that are
+        built: Trainer makes JobSets, Kueue integrates with both); :class:`ControlPlaneUnavailable` when it
+        is not built. ``feature_gates`` (``--feature-gates``): a running manager with other gates is
+        restarted with these (``None``: whatever it runs with, its defaults when it starts)."""
+        if name not in self.stack:
+            raise ControlPlaneUnavailable(how_to_build(name))
+        if name not in self.managers:
+            wanted = {name, *(("jobset",) if name != "jobset" else ())}
+            if name == "kueue":
+                wanted |= {"trainer"}
+            for each in START_ORDER:
+                if each in wanted and each in self.stack and each not in self.managers:
+                    gates = dict(feature_gates or {}) if each == name else {}
+                    made = Controller(self, KINDS[each], self.stack[each], feature_gates=gates)
+                    self.managers[each] = made.start()
+        manager = self.managers[name]
+        if feature_gates is not None and feature_gates != manager.feature_gates:
+            manager.restart(feature_gates)
+        return manager
+
+    def end(self, name: str) -> None:
+        """Stop the process ``name`` (SIGTERM to its group) and forget it."""
+        for process in [p for p in self.processes if p.name == name]:
+            process.stop()
+            self.processes.remove(process)
+
     def stop(self) -> None:
-        """Controller manager, API server, etcd, in that order; then the directory goes."""
+        """The managers, scheduler and KWOK, controller manager, API server, etcd, in that order; then the
+        directory goes."""
+        for manager in reversed(list(self.managers.values())):
+            with contextlib.suppress(Exception):  # the processes stop below all the same
+                manager.stop()
+        self.managers.clear()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
@@ -185,11 +260,17 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
+    def spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> _Process:
+        """``argv`` in its own process group, its output in ``<root>/<name>.log``; ``env`` added to ours."""
         log_path = self.root / f"{name}.log"
         log_file = log_path.open("ab")
         popen = subprocess.Popen(
-            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
         process = _Process(name, popen, log_path, log_file)
         self.processes.append(process)
@@ -199,7 +280,7 @@ class ControlPlane:
         client_port, peer_port = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client_port}"
         peer = f"http://127.0.0.1:{peer_port}"
-        self._spawn(
+        self.spawn(
             "etcd",
             [
                 str(self.binaries.etcd),
@@ -228,7 +309,7 @@ class ControlPlane:
         )
         # token,user,uid,"group1,group2": the admin the fixture and the controller manager use.
         (self.root / "tokens.csv").write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
-        self.apiserver = self._spawn(
+        self.apiserver = self.spawn(
             "kube-apiserver",
             [
                 str(self.binaries.kube_apiserver),
@@ -256,7 +337,7 @@ class ControlPlane:
 
     def _start_controller_manager(self) -> None:
         kubeconfig = self.write_kubeconfig(self.root / "controller-manager.kubeconfig")
-        self._spawn(
+        self.spawn(
             "kube-controller-manager",
             [
                 str(self.binaries.kube_controller_manager),
@@ -275,6 +356,40 @@ class ControlPlane:
                 "--profiling=false",
             ],
         )
+
+    def _start_scheduler(self) -> None:
+        kubeconfig = self.write_kubeconfig(self.root / "scheduler.kubeconfig", user="system:kube-scheduler")
+        self.spawn(
+            "kube-scheduler",
+            [
+                str(self.stack["kube-scheduler"]),
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--cert-dir={self.root / 'scheduler-certs'}",
+                "--profiling=false",
+            ],
+        )
+
+    def _start_kwok(self) -> None:
+        config = self.root / "kwok.yaml"
+        port = free_port()
+        config.write_text(kwok_config(self.stack["kwok"].parent / "stage", port))
+        kubeconfig = self.write_kubeconfig(self.root / "kwok.kubeconfig")
+        self.spawn("kwok", [str(self.stack["kwok"]), f"--kubeconfig={kubeconfig}", f"--config={config}"])
+        # Up once its server answers (its controllers start before it); a bad configuration ends it first.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self.check_running()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
+                    return
+            except urllib.error.HTTPError:
+                return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        raise RuntimeError(f"kwok not serving after {START_TIMEOUT_S} s")
 
     def _wait_ready(self) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))
@@ -344,8 +459,14 @@ class ControlPlane:
         """The kubelet's identity for ``node`` (Node authorizer and NodeRestriction apply)."""
         return self.api_client(user=f"system:node:{node}", groups=("system:nodes",))
 
-    def kubeconfig(self, *, token: str | None = None) -> dict[str, Any]:
+    def kubeconfig(self, *, token: str | None = None, user: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for the admin, a bearer ``token``, or a client certificate for ``user``."""
         import base64
+
+        credentials: dict[str, str] = {"token": token or self.admin_token}
+        if user is not None:
+            cert, key = self.client_cert(user)
+            credentials = {"client-certificate": str(cert), "client-key": str(key)}
 
         return {
             "apiVersion": "v1",
@@ -359,12 +480,12 @@ class ControlPlane:
                     },
                 }
             ],
-            "users": [{"name": "user", "user": {"token": token or self.admin_token}}],
+            "users": [{"name": "user", "user": credentials}],
             "contexts": [{"name": "realkube", "context": {"cluster": "realkube", "user": "user"}}],
             "current-context": "realkube",
         }
 
-    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
-        path.write_text(yaml.safe_dump(self.kubeconfig(token=token)))
+    def write_kubeconfig(self, path: Path, *, token: str | None = None, user: str | None = None) -> Path:
+        path.write_text(yaml.safe_dump(self.kubeconfig(token=token, user=user)))
         path.chmod(0o600)
         return path

@@ -1,4 +1,5 @@
-"""Kubelets (and a stand-in scheduler) for the real control plane of ``control_plane.py``.
+"""Hand-written kubelets for the real control plane of ``control_plane.py``, for the tests that need a
+kubelet's own identity or its silence (KWOK runs every other node; docs/testing.md says why these stay).
 
 There is no container runtime, so a :class:`FakeKubelets` plays the kubelet of each of its GPU nodes, with
 that node's own identity (``system:node:<name>`` in ``system:nodes``: the Node authorizer and the
@@ -13,10 +14,7 @@ NodeRestriction admission plugin judge every request it makes, as they would a r
   terminated with exit code 137, the conditions it has, such as ``DisruptionTarget``, kept), then deleted
   with grace period 0, as a kubelet does once the containers have stopped.
 
-kube-scheduler is not part of the control plane the tests build, so :class:`FakeKubelets` also binds the
-pending pods of the namespaces it is given to one of its nodes (``pods/binding``, admin identity): the node
-must be schedulable, its NoSchedule/NoExecute taints tolerated, ``nodeSelector`` and a required
-``matchFields metadata.name In`` (DaemonSet pods) satisfied, and its free ``nvidia.com/gpu`` enough.
+kube-scheduler places the pods (there is no stand-in scheduler any more).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import contextlib
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from control_plane import ControlPlane
@@ -40,7 +38,6 @@ LEASE_RENEW_S = 10.0
 LEASE_DURATION_S = 40
 STATUS_REPORT_S = 300.0
 WATCH_TIMEOUT_S = 30
-BINDER_RESYNC_S = 1  # pending pods are looked at again this often (a freed GPU is not a pending pod's event)
 GPU = "nvidia.com/gpu"
 
 
@@ -52,55 +49,19 @@ def now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _tolerated(taint: dict[str, Any], tolerations: list[dict[str, Any]]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol["effect"] != taint.get("effect"):
-            continue
-        if tol.get("operator") == "Exists" and not tol.get("key"):
-            return True
-        if tol.get("key") != taint.get("key"):
-            continue
-        if tol.get("operator") == "Exists" or tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def _gpus(pod: dict[str, Any]) -> int:
-    total = 0
-    for container in pod["spec"].get("containers", []):
-        resources = container.get("resources") or {}
-        amount = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(GPU)
-        total += int(amount or 0)
-    return total
-
-
-def _required_names(pod: dict[str, Any]) -> set[str] | None:
-    """The node names a required ``matchFields metadata.name In`` allows (DaemonSet pods), else None."""
-    affinity = (pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    names: set[str] | None = None
-    for term in required.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("operator") == "In":
-                names = (names or set()) | set(field.get("values") or [])
-    return names
-
-
 class FakeKubelets:
-    """The kubelets of ``nodes`` and the binder of pods in ``namespaces``; see the module docstring."""
+    """The kubelets of ``nodes``; see the module docstring."""
 
     def __init__(
         self,
         plane: ControlPlane,
         nodes: Iterable[str],
         *,
-        namespaces: Iterable[str] = (),
         gpus: int = 8,
         node_labels: dict[str, str] | None = None,
     ) -> None:
         self.plane = plane
         self.nodes = list(nodes)
-        self.namespaces = set(namespaces)
         self.gpus = gpus
         self.node_labels = node_labels or {}
         self.stopping = threading.Event()
@@ -108,7 +69,6 @@ class FakeKubelets:
         self.core = client.CoreV1Api(self.admin)
         self._node_clients = {node: plane.node_client(node) for node in self.nodes}
         self._threads: list[threading.Thread] = []
-        self._bind_lock = threading.Lock()
         self._streams: set[watch.Watch] = set()
         self.silent: set[str] = set()  # nodes whose kubelet stopped posting (a dead node)
         self.errors: list[str] = []
@@ -121,8 +81,6 @@ class FakeKubelets:
         for node in self.nodes:
             self._thread(f"kubelet-{node}", lambda node=node: self._run_pods(node))  # type: ignore[misc]
         self._thread("kubelet-heartbeats", self._run_heartbeats)
-        if self.namespaces:
-            self._thread("binder", self._run_binder)
         return self
 
     def stop(self, *, delete_nodes: bool = True) -> None:
@@ -339,66 +297,3 @@ class FakeKubelets:
             for kind in ("Ready", "ContainersReady")
         ]
         return {"status": {"phase": "Failed", "conditions": not_ready, "containerStatuses": containers}}
-
-    # --- the stand-in scheduler -----------------------------------------------------------------------------
-
-    def _run_binder(self) -> None:
-        self._watch(self.admin, "spec.nodeName=", self._bind, resync_s=BINDER_RESYNC_S)
-
-    def _bind(self, pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        if meta["namespace"] not in self.namespaces or meta.get("deletionTimestamp"):
-            return
-        if pod["spec"].get("nodeName") or (pod.get("status") or {}).get("phase") not in (None, "Pending"):
-            return
-        with self._bind_lock:
-            target = self._choose(pod)
-            if target is None:
-                return  # pending; the next change of any pod (a deletion frees GPUs) brings it back
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": target},
-            }
-            try:
-                self.core.create_namespaced_pod_binding(
-                    meta["name"], meta["namespace"], binding, _preload_content=False
-                )
-            except ApiException as exc:
-                if exc.status not in (404, 409):
-                    raise
-
-    def _choose(self, pod: dict[str, Any]) -> str | None:
-        allowed = _required_names(pod)
-        selector = pod["spec"].get("nodeSelector") or {}
-        tolerations = pod["spec"].get("tolerations") or []
-        wanted = _gpus(pod)
-        used: dict[str, int] = dict.fromkeys(self.nodes, 0)
-        answer = self.core.list_pod_for_all_namespaces(_preload_content=False)
-        pods = cast(
-            list[dict[str, Any]], answer.json()["items"]
-        )  # the raw JSON list, not the client's models
-        for other in pods:
-            node = other["spec"].get("nodeName")
-            if node in used and other["status"].get("phase") not in ("Failed", "Succeeded"):
-                used[node] += _gpus(other)
-        for node in self.nodes:
-            if allowed is not None and node not in allowed:
-                continue
-            stored = self.admin.sanitize_for_serialization(self.core.read_node(node))
-            labels = stored["metadata"].get("labels") or {}
-            taints = list(stored["spec"].get("taints") or [])
-            if stored["spec"].get("unschedulable"):
-                taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
-            if any(labels.get(k) != v for k, v in selector.items()):
-                continue
-            if any(
-                t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(t, tolerations)
-                for t in taints
-            ):
-                continue
-            if wanted and used[node] + wanted > self.gpus:
-                continue
-            return node
-        return None

@@ -1,8 +1,8 @@
 """Per-test clusters on the shared real control plane (``control_plane.py``), and an agent rig for them.
 
 The control plane is started once per test process; each test gets a :class:`Cluster` of its own: nodes
-with names no other test uses (registered and kept alive by ``fake_kubelet.FakeKubelets``), its own
-namespace, and an admin client. :class:`RealGpuNode` is ``scenario_rig.GpuNode`` for the real API server:
+with names no other test uses (run by KWOK; with ``kwok=False`` registered and kept alive by
+``fake_kubelet.FakeKubelets``), its own namespace, and an admin client. :class:`RealGpuNode` is ``scenario_rig.GpuNode`` for the real API server:
 the same ``build_agent`` wiring, fake NVML, manual clock for the agent's debounce and the executor's retry
 sleeps, but every read of the node goes through the API server.
 """
@@ -15,8 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from control_plane import ControlPlane
-from fake_kubelet import FakeKubelets
+from control_plane import ControlPlane, ControlPlaneUnavailable
+from fake_kubelet import FakeKubelets, now
+from kube_stack import KWOK_ANNOTATION, how_to_build
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from scenario_rig import GpuNodeRig
@@ -26,6 +27,7 @@ from agent.settings import AgentSettings
 from core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
+from sim.kube.fleet import gpu_node
 
 TAINT_KEY = "gpuhealth.io/unhealthy"
 
@@ -41,18 +43,52 @@ def unique_prefix() -> str:
 class Cluster:
     """Nodes, a namespace and an admin client of one test on the shared control plane."""
 
-    def __init__(self, plane: ControlPlane, *, nodes: int = 2, gpus: int = 8) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        *,
+        nodes: int = 2,
+        gpus: int = 8,
+        kwok: bool = True,
+        namespace_labels: dict[str, str] | None = None,
+    ) -> None:
+        """``kwok``: KWOK runs the nodes (:class:`ControlPlaneUnavailable` when it is not built); with False
+        hand-written kubelets do (``fake_kubelet``: for tests of a kubelet's identity or silence).
+        ``namespace_labels``: e.g. a manager's ``Controller.namespace_label``. Pods are placed by
+        kube-scheduler (the ``kube_stack`` fixture skips without it)."""
+        if kwok and not plane.kwok:
+            raise ControlPlaneUnavailable(how_to_build("kwok"))
         self.plane = plane
         prefix = unique_prefix()
         self.namespace = f"{prefix}-ns"
         self.node_names = [f"{prefix}-gpu-{i}" for i in range(nodes)]
         self.admin = plane.api_client()
         self.core = client.CoreV1Api(self.admin)
-        self.core.create_namespace({"metadata": {"name": self.namespace}})
-        self.kubelets = FakeKubelets(plane, self.node_names, namespaces=[self.namespace], gpus=gpus).start()
+        self.core.create_namespace(
+            {"metadata": {"name": self.namespace, "labels": dict(namespace_labels or {})}}
+        )
+        self.kubelets: FakeKubelets | None = None
+        if kwok:
+            for name in self.node_names:
+                self._kwok_node(name, gpus)
+        else:
+            self.kubelets = FakeKubelets(plane, self.node_names, gpus=gpus).start()
         # A node is created with node.kubernetes.io/not-ready:NoSchedule (TaintNodesByCondition); the node
         # lifecycle controller removes it once it sees Ready=True. Tests start from nodes without it.
         assert wait_until(self._untainted), "the node lifecycle controller never took the not-ready taint off"
+
+    def _kwok_node(self, name: str, gpus: int) -> None:
+        """A Node as the GPU operator's node reports itself (``sim.kube.fleet.gpu_node``: labels, capacity
+        with ``nvidia.com/gpu``), annotated for KWOK, whose stages make it Ready and whose Lease controller
+        renews its Lease."""
+        body = gpu_node(name, gpus=gpus, heartbeat=now())
+        status = body.pop("status")
+        body["metadata"]["annotations"][KWOK_ANNOTATION] = "fake"
+        self.core.create_node(body)
+        self.core.patch_node_status(
+            name,
+            {"status": {key: status[key] for key in ("capacity", "allocatable", "addresses", "nodeInfo")}},
+        )
 
     def _untainted(self) -> bool:
         return all(
@@ -65,7 +101,14 @@ class Cluster:
         )
 
     def close(self) -> None:
-        self.kubelets.stop()
+        if self.kubelets is not None:
+            self.kubelets.stop()
+        else:
+            for name in self.node_names:
+                with contextlib.suppress(ApiException):
+                    self.core.delete_node(name)
+                with contextlib.suppress(ApiException):
+                    client.CoordinationV1Api(self.admin).delete_namespaced_lease(name, "kube-node-lease")
         with contextlib.suppress(ApiException):
             self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
         with contextlib.suppress(ApiException):

@@ -1,11 +1,11 @@
-"""``dcgmi`` as a source of findings: ``dcgmi health -c -j`` on a slow poll, ``dcgmi diag -r N -j`` on demand.
+"""``dcgmi`` as a source of readings: ``dcgmi health -c -j`` on a slow poll, ``dcgmi diag -r N -j`` on demand.
 
 Runs the binary with an argument list and a timeout (never a shell), in a process group of its own so that
 a timeout or :meth:`DcgmiProcesses.stop` (agent shutdown) ends ``dcgmi`` and the test processes it spawned
-together. A missing binary, a timeout, or a
-non-zero exit whose output is not the expected JSON all become one ``unknown`` finding
-(``DCGMI_UNAVAILABLE``): DCGM being absent or broken is not a GPU fault. ``dcgmi diag`` exits non-zero
-when a test fails yet still prints its JSON, so the output is parsed whatever the exit code.
+together. A missing binary, a timeout, or a non-zero exit whose output is not the expected JSON all become
+a ``health_error`` reading, which the checks judge as one ``unknown`` finding (``DCGMI_UNAVAILABLE``): DCGM
+being absent or broken is not a GPU fault. ``dcgmi diag`` exits non-zero when a test fails yet still prints
+its JSON, so the output is parsed whatever the exit code.
 
 :func:`run_diag` is the entry point for on-demand diagnostics (scheduled deep checks, validation after a
 repair): it returns a :class:`DiagRun` with ``passed`` and the per-test results.
@@ -20,31 +20,20 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import structlog
 
-from checks.dcgm import unavailable_finding
-from checks.dcgmi import (
-    CHECK_HEALTH,
-    DcgmiOutputError,
-    DiagResult,
-    HealthReport,
-    diag_findings,
-    health_findings,
-    parse_diag,
-    parse_health,
-)
+from agent.backends.dcgm.dcgmi_output import DcgmiOutputError, parse_diag, parse_health
 from core.child_env import child_environment
-from core.findings import Finding
+from core.dcgm import DcgmReadings, DiagResult, HealthReport
 from core.snapshot import NodeSnapshot
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_PATH = "dcgmi"
-UNAVAILABLE_CODE = "DCGMI_UNAVAILABLE"
 DIAG_LEVELS = (1, 2, 3, 4)
 _STDERR_TAIL = 200
 STOP_GRACE_S = 2.0  # SIGTERM first (dcgmi cleans up its diagnostic), SIGKILL after this long
@@ -144,9 +133,6 @@ class DiagRun:
     def passed(self) -> bool:
         return self.result.passed
 
-    def findings(self, uuids: Mapping[int, str]) -> list[Finding]:
-        return diag_findings(self.result, uuids)
-
 
 def run_dcgmi(
     args: list[str],
@@ -218,7 +204,7 @@ def run_diag(
 
 
 class DcgmiHealthSource:
-    """Runs ``dcgmi health -c -j`` at most every ``every_s`` seconds; findings against the snapshot's GPUs.
+    """Runs ``dcgmi health -c -j`` at most every ``every_s`` seconds; its report (or why not) as readings.
 
     DCGM's PCIe, thermal and power watches need about a minute of samples, and the check is not free,
     hence a slower poll than the loop's, with the last result cached in between. Never raises.
@@ -239,21 +225,22 @@ class DcgmiHealthSource:
         self._every_s = every_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._last: tuple[float, HealthReport | str] | None = None
+        self._last: tuple[float, DcgmReadings] | None = None
 
-    def findings(self, snapshot: NodeSnapshot) -> list[Finding]:
+    def read(self, snapshot: NodeSnapshot) -> DcgmReadings:
+        """The latest ``dcgmi health`` report (run now if the cached one is older than ``every_s``)."""
+        del snapshot  # dcgmi names GPUs by index; the check maps them to the snapshot's UUIDs
         with self._lock:
             now = self._monotonic()
             if self._last is None or now - self._last[0] >= self._every_s:
                 self._last = (now, self._check())
-            outcome = self._last[1]
-        if isinstance(outcome, str):
-            return [unavailable_finding(CHECK_HEALTH, UNAVAILABLE_CODE, f"dcgmi unavailable: {outcome}")]
-        return health_findings(outcome, {gpu.index: gpu.uuid for gpu in snapshot.gpus})
+            return self._last[1]
 
-    def _check(self) -> HealthReport | str:
+    def _check(self) -> DcgmReadings:
         try:
-            return run_health(path=self._path, timeout_s=self._timeout_s, host=self._host)
+            return DcgmReadings(
+                health=run_health(path=self._path, timeout_s=self._timeout_s, host=self._host)
+            )
         except DcgmiError as exc:
             log.warning("dcgmi_unavailable", error=str(exc))
-            return str(exc)
+            return DcgmReadings(health_error=str(exc))

@@ -1,4 +1,4 @@
-"""dcgm-exporter as a source of findings: scrape ``/metrics``, parse it, judge it with the NVML checks.
+"""dcgm-exporter as a source of readings: scrape ``/metrics`` and parse it; the checks judge the readings.
 
 Parsing uses ``prometheus_client``'s own text parser. Series are tied to a GPU by their ``UUID`` label,
 else by the ``gpu`` index (resolved to the UUID NVML gives that index). The host label is read in both
@@ -7,7 +7,8 @@ huge sentinel integers such as 9223372036854775794 (int64 not supported) or 2147
 140737488355328 (float blank) — and NaN mean "no value", never a reading.
 
 An exporter that cannot be reached, answers an error, or serves a page that is not a dcgm-exporter page
-yields exactly one ``unknown`` finding (``DCGM_EXPORTER_UNAVAILABLE``): an exporter outage is not a fault.
+is read as ``exporter_error`` (core/dcgm.py), which checks/dcgm_readings.py judges as one ``unknown``
+finding (``DCGM_EXPORTER_UNAVAILABLE``): an exporter outage is not a fault.
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from checks.config import ChecksConfig
-from checks.dcgm import unavailable_finding
-from checks.dcgm_exporter import CHECK, ExporterGpu, HealthWatch, exporter_findings
-from core.findings import Finding
+from core.dcgm import DcgmReadings, ExporterGpu, HealthWatch
 from core.snapshot import NodeSnapshot
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:9400/metrics"
-UNAVAILABLE_CODE = "DCGM_EXPORTER_UNAVAILABLE"
 MAX_PAGE_BYTES = 32 * 1024 * 1024  # an 8-GPU page with pod labels is well under 1 MiB
 
 _INT32_BLANK = 0x7FFFFFF0  # DCGM_INT32_BLANK .. +15: blank, not found, not supported, no permission
@@ -136,7 +133,9 @@ def _take(per_gpu: dict[str, _GpuSeries], name: str, labels: dict[str, str], val
         watch = labels.get("health_watch") or labels.get("system") or "ALL"
         held = series.health.get(watch)
         if held is None or value > held.value:
-            series.health[watch] = HealthWatch(watch, value, labels.get("health_error_code") or None)
+            series.health[watch] = HealthWatch(
+                system=watch, value=value, error_code=labels.get("health_error_code") or None
+            )
     elif name in _COUNTERS:
         series.keep_max(name, value)
         if name == "DCGM_FI_DEV_XID_ERRORS" and value > 0:
@@ -217,18 +216,13 @@ def read_page(location: str, *, timeout_s: float = 5.0) -> str:
     return Path(location).read_text(encoding="utf-8", errors="replace")
 
 
-def unavailable(reason: str) -> Finding:
-    """The single ``unknown`` finding of an exporter that should answer and cannot."""
-    return unavailable_finding(CHECK, UNAVAILABLE_CODE, f"dcgm-exporter unavailable: {reason}")
-
-
 # --- the agent's source ------------------------------------------------------------------------------------
 
 
 class ExporterSource:
-    """Scrapes the exporter at most every ``every_s`` seconds and judges the page against the snapshot.
+    """Scrapes the exporter at most every ``every_s`` seconds; its GPUs (or why not) as DCGM readings.
 
-    Between scrapes the last result is returned again, so a loop faster than the exporter's own
+    Between scrapes the last reading is returned again, so a loop faster than the exporter's own
     collection interval (30 s by default) does not hammer it. Never raises.
     """
 
@@ -238,53 +232,51 @@ class ExporterSource:
         *,
         timeout_s: float = 5.0,
         every_s: float = 30.0,
-        checks: ChecksConfig | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         client: httpx.Client | None = None,
     ) -> None:
         self.url = url
         self._timeout_s = timeout_s
         self._every_s = every_s
-        self._checks = checks or ChecksConfig()
         self._monotonic = monotonic
         self._client = client or httpx.Client(timeout=timeout_s, follow_redirects=False)
         self._owns_client = client is None
         self._lock = threading.Lock()
-        self._last: tuple[float, list[Finding]] | None = None
+        self._last: tuple[float, DcgmReadings] | None = None
         self._log = log.bind(url=safe_url(url))
 
-    def findings(self, snapshot: NodeSnapshot) -> list[Finding]:
-        """Findings of the latest page (scraped now if the cached one is older than ``every_s``)."""
+    def read(self, snapshot: NodeSnapshot) -> DcgmReadings:
+        """The latest page's GPUs (scraped now if the cached one is older than ``every_s``); GPUs without a
+        UUID label get the snapshot's UUID for their index."""
         with self._lock:
             now = self._monotonic()
             if self._last is not None and now - self._last[0] < self._every_s:
-                return list(self._last[1])
-            found = self._scrape(snapshot)
-            self._last = (now, found)
-            return list(found)
+                return self._last[1]
+            readings = self._scrape(snapshot)
+            self._last = (now, readings)
+            return readings
 
-    def _scrape(self, snapshot: NodeSnapshot) -> list[Finding]:
+    def _scrape(self, snapshot: NodeSnapshot) -> DcgmReadings:
         try:
             text = fetch_page(self.url, timeout_s=self._timeout_s, client=self._client)
             gpus = parse_metrics(text, {gpu.index: gpu.uuid for gpu in snapshot.gpus})
         except ExporterError as exc:
             self._log.warning("dcgm_exporter_unavailable", error=str(exc))
-            return [unavailable(str(exc))]
-        return exporter_findings(gpus, self._checks, node=snapshot.node)
+            return DcgmReadings(exporter_error=str(exc))
+        return DcgmReadings(exporter=gpus)
 
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
 
 
-def findings_for_page(text: str, snapshot: NodeSnapshot | None, checks: ChecksConfig) -> list[Finding]:
-    """Judge a page that is already in hand (the CLI's saved file); a garbled page is one unknown."""
+def readings_for_page(text: str, snapshot: NodeSnapshot | None) -> DcgmReadings:
+    """The readings of a page already in hand (the CLI's saved file); a garbled page is an exporter_error."""
     mapping = {gpu.index: gpu.uuid for gpu in snapshot.gpus} if snapshot is not None else {}
     try:
-        gpus = parse_metrics(text, mapping)
+        return DcgmReadings(exporter=parse_metrics(text, mapping))
     except ExporterError as exc:
-        return [unavailable(str(exc))]
-    return exporter_findings(gpus, checks, node=snapshot.node if snapshot is not None else "")
+        return DcgmReadings(exporter_error=str(exc))
 
 
 def host_of(gpus: Iterable[ExporterGpu]) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, pci_key
+from core.snapshot import NodeSnapshot, XidEvent
 
 SAME_EVENT_WINDOW = timedelta(seconds=2)
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -30,7 +30,7 @@ def attach_kernel_xids(snapshot: NodeSnapshot, events: Iterable[XidEvent]) -> No
     by_gpu: dict[int, list[XidEvent]] = {}
     unattributed: list[XidEvent] = []
     for event in events:
-        position = _gpu_position(snapshot.gpus, event)
+        position = snapshot.owner_of(event)
         if position is None:
             unattributed.append(event)
         else:
@@ -55,16 +55,6 @@ def order_by_time(events: Sequence[XidEvent]) -> list[XidEvent]:
     for slot, event in zip(timed_slots, timed, strict=True):
         ordered[slot] = event
     return ordered
-
-
-def _gpu_position(gpus: Sequence[GpuSnapshot], event: XidEvent) -> int | None:
-    wanted = pci_key(event.pci_bus_id) if event.pci_bus_id else None
-    for position, gpu in enumerate(gpus):
-        if wanted is not None and gpu.pci_bus_id and pci_key(gpu.pci_bus_id) == wanted:
-            return position
-        if wanted is None and event.gpu_uuid is not None and event.gpu_uuid == gpu.uuid:
-            return position
-    return None
 
 
 def _merge(existing: Sequence[XidEvent], incoming: Sequence[XidEvent]) -> list[XidEvent]:

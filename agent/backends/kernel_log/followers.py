@@ -20,8 +20,8 @@ from typing import Protocol, Self
 import structlog
 
 from agent.backends.kernel_log.errors import KernelLogError
-from agent.backends.kernel_log.journal import decode_json_object, parse_journal_json_line
-from agent.backends.kernel_log.kmsg import parse_kmsg_record
+from agent.backends.kernel_log.journal import kernel_message, parse_journal_json_line
+from agent.backends.kernel_log.kmsg import from_userspace, parse_kmsg_record
 from agent.backends.kernel_log.link_state import parse_link_line
 from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
@@ -211,6 +211,8 @@ class KmsgFollower(_Follower):
     def _handle(self, line: str) -> None:
         if not line.strip() or line.startswith(" "):  # blank, or a record's " KEY=value" continuation
             return
+        if from_userspace(line):  # a program wrote it to /dev/kmsg: a quote, never the kernel's report
+            return
         record = parse_kmsg_record(line)
         text = line if record is None else record.message
         event = parse_text_line(text)
@@ -294,8 +296,8 @@ class JournalFollower(_Follower):
                 if event is not None:
                     self._deliver(event)
                 elif self._fabric is not None:
-                    message = (decode_json_object(text) or {}).get("MESSAGE")
-                    if isinstance(message, str):
+                    message = kernel_message(text)  # the kernel's own entries only (_TRANSPORT)
+                    if message is not None:
                         self._deliver_fabric(message)
         return process.wait()
 

@@ -23,7 +23,7 @@ _KERNEL = "kernel"
 
 def parse_journal_entry(entry: Mapping[str, object]) -> XidEvent | None:
     """The XID a journald entry (a decoded ``journalctl -o json`` object) reports, or None."""
-    if not _is_kernel_entry(entry):
+    if not is_kernel_entry(entry):
         return None
     message = _message_text(entry.get("MESSAGE"))
     if message is None:
@@ -33,6 +33,14 @@ def parse_journal_entry(entry: Mapping[str, object]) -> XidEvent | None:
         return None
     stored_at = _entry_time(entry)
     return event if stored_at is None else event.model_copy(update={"at": stored_at})
+
+
+def kernel_message(line: str) -> str | None:
+    """The MESSAGE of a ``journalctl -o json`` line when the entry is the kernel's own; None otherwise."""
+    entry = decode_json_object(line)
+    if entry is None or not is_kernel_entry(entry):
+        return None
+    return _message_text(entry.get("MESSAGE"))
 
 
 def parse_journal_json_line(line: str) -> XidEvent | None:
@@ -53,7 +61,10 @@ def decode_json_object(line: str) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _is_kernel_entry(entry: Mapping[str, object]) -> bool:
+def is_kernel_entry(entry: Mapping[str, object]) -> bool:
+    """Whether a journald entry is the kernel's own (``_TRANSPORT=kernel``), not a program's (``syslog``,
+    ``journal``, ``stdout``: ``logger``, a service quoting a kernel line); an entry that says neither is
+    taken as the kernel's (a saved export trimmed to MESSAGE)."""
     transport = entry.get("_TRANSPORT")
     identifier = entry.get("SYSLOG_IDENTIFIER")
     if transport is None and identifier is None:

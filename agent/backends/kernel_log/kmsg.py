@@ -29,6 +29,17 @@ def parse_kmsg_record(line: str) -> KmsgRecord | None:
     return KmsgRecord(int(header["sequence"]), int(header["usec"]), _unescape(line[header.end() :]))
 
 
+def from_userspace(line: str) -> bool:
+    """Whether a /dev/kmsg record was written by a user-space program, not the kernel.
+
+    The record's first field is ``facility << 3 | level``. The kernel logs with facility 0 (LOG_KERN);
+    a program writing to /dev/kmsg gets LOG_USER (1) by default and can never get LOG_KERN (the kernel's
+    Documentation/ABI/testing/dev-kmsg, "Injecting messages"), so the origin is certain.
+    """
+    header = _HEADER.match(line)
+    return header is not None and int(header["priority"]) >> 3 != 0
+
+
 def _unescape(message: str) -> str:
     def decode(run: re.Match[str]) -> str:
         raw = bytes(int(code, 16) for code in run.group().split("\\x")[1:])

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from agent.backends.kernel_log.errors import KernelLogError
 from agent.backends.kernel_log.fallen_off import fallen_off_bus_events
-from agent.backends.kernel_log.journal import decode_json_object, parse_journal_entry
-from agent.backends.kernel_log.kmsg import parse_kmsg_record
+from agent.backends.kernel_log.journal import decode_json_object, is_kernel_entry, parse_journal_entry
+from agent.backends.kernel_log.kmsg import from_userspace, parse_kmsg_record
 from agent.backends.kernel_log.link_state import parse_link_line
 from agent.backends.kernel_log.sxid import parse_sxid_line
 from agent.backends.kernel_log.text_lines import parse_text_line
@@ -35,7 +35,7 @@ def parse_xid_line(
         return parse_journal_entry(entry)
     record = parse_kmsg_record(line)
     if record is not None:
-        return parse_text_line(record.message)
+        return None if from_userspace(line) else parse_text_line(record.message)
     return parse_text_line(line, year_hint=year_hint, reference=reference)
 
 
@@ -93,7 +93,8 @@ def read_fabric_lines(
     """The NVSwitch SXids and NIC link changes in a saved kernel log (plain, gzip or journald JSON).
 
     Raises :class:`KernelLogError` naming the file when it cannot be read. Journald entries are read by
-    their ``MESSAGE``; every other form line by line (the prefixes do not matter to either parser).
+    their ``MESSAGE``, the kernel's own only; every other form line by line, where a line another program
+    logged (a syslog header naming it, a /dev/kmsg record written from user space) is a quote, not a report.
     """
     try:
         data = Path(path).read_bytes()
@@ -107,13 +108,24 @@ def read_fabric_lines(
     text = data.decode("utf-8", errors="replace")
     entries = _json_entries(text)
     lines = (
-        [message for entry in entries if isinstance(message := entry.get("MESSAGE"), str)]
+        [
+            message
+            for entry in entries
+            if is_kernel_entry(entry) and isinstance(message := entry.get("MESSAGE"), str)
+        ]
         if entries is not None
-        else text.splitlines()
+        else [_kernel_text(line) for line in text.splitlines()]
     )
     sxids = [sxid for line in lines if (sxid := parse_sxid_line(line, year_hint=year_hint)) is not None]
     links = [link for line in lines if (link := parse_link_line(line, year_hint=year_hint)) is not None]
     return sxids, links
+
+
+def _kernel_text(line: str) -> str:
+    """A line as the fabric parsers read it: a /dev/kmsg record's message (empty when user space wrote it)."""
+    if parse_kmsg_record(line) is None:
+        return line
+    return "" if from_userspace(line) else line
 
 
 def _json_entries(text: str) -> list[dict[str, object]] | None:

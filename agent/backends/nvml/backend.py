@@ -7,7 +7,7 @@ XIDs collected by an :class:`~agent.backends.nvml.xid_watcher.XidBuffer` are att
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self
@@ -37,7 +37,7 @@ from agent.backends.nvml.seam import (
     real_library,
 )
 from core.clock import utc_now
-from core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, pci_key
+from core.snapshot import GpuSnapshot, NodeSnapshot, XidEvent, xid_owner
 
 if TYPE_CHECKING:
     from agent.backends.nvml.xid_watcher import XidBuffer
@@ -140,7 +140,7 @@ class NvmlBackend:
             return self._unavailable(taken_at, f"nvmlDeviceGetCount failed: {error_name(code)}", events)
         self._last_failure = None
         gpus = [self._read_gpu(index) for index in range(count)]
-        gpus, unattributed = _attach_xids(gpus, events)
+        gpus, unattributed = attach_xids(gpus, events)
         return NodeSnapshot(
             node=self._node,
             taken_at=taken_at,
@@ -225,27 +225,17 @@ class NvmlBackend:
         return f"{LOST_UUID_PREFIX if lost else UNREADABLE_UUID_PREFIX}{index}"
 
 
-def _attach_xids(gpus: list[GpuSnapshot], events: list[XidEvent]) -> tuple[list[GpuSnapshot], list[XidEvent]]:
-    """Give each GPU its events (by UUID, else by PCI address), newest last; the rest are unattributed."""
+def attach_xids(gpus: list[GpuSnapshot], events: list[XidEvent]) -> tuple[list[GpuSnapshot], list[XidEvent]]:
+    """Give each GPU its events (:func:`core.snapshot.xid_owner`), newest last; the rest are unattributed."""
     by_gpu: dict[int, list[XidEvent]] = {gpu.index: [] for gpu in gpus}
     unattributed: list[XidEvent] = []
     for event in events:
-        owner = _owner_of(gpus, event)
-        if owner is None:
+        position = xid_owner(gpus, event)
+        if position is None:
             unattributed.append(event)
         else:
-            by_gpu[owner.index].append(event)
+            by_gpu[gpus[position].index].append(event)
     attached = [
         gpu.model_copy(update={"xid_events": by_gpu[gpu.index]}) if by_gpu[gpu.index] else gpu for gpu in gpus
     ]
     return attached, unattributed
-
-
-def _owner_of(gpus: Iterable[GpuSnapshot], event: XidEvent) -> GpuSnapshot | None:
-    for gpu in gpus:
-        if event.gpu_uuid is not None and event.gpu_uuid == gpu.uuid:
-            return gpu
-    wanted = pci_key(event.pci_bus_id) if event.pci_bus_id else None
-    if wanted is None:
-        return None
-    return next((gpu for gpu in gpus if gpu.pci_bus_id and pci_key(gpu.pci_bus_id) == wanted), None)

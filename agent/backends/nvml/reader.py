@@ -27,6 +27,7 @@ from agent.backends.nvml.seam import (
     NVML_FEATURE_ENABLED,
     NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
     NVML_FI_DEV_MEMORY_TEMP,
+    NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
     NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
     NVML_MEMORY_ERROR_TYPE_CORRECTED,
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
@@ -52,6 +53,7 @@ from agent.backends.nvml.seam import (
     error_code,
     error_name,
     gpu_fabric_info_request,
+    gpu_fabric_info_v3_request,
     nvml_text,
 )
 from core.snapshot import (
@@ -319,10 +321,17 @@ def _read_fields(reader: GpuReader) -> tuple[int | None, int | None]:
 
 
 def read_fabric(reader: GpuReader) -> GpuFabric | None:
-    """The GPU's NVLink fabric registration; None where NVML does not support it (no NVSwitch fabric)."""
-    info, reference = gpu_fabric_info_request()
-    if reader.value("nvmlDeviceGetGpuFabricInfo", reference) is None:
-        return None
+    """The GPU's NVLink fabric registration (and its health summary where the driver reports one, through
+    ``nvmlDeviceGetGpuFabricInfoV``); None where NVML does not support it (no NVSwitch fabric)."""
+    info, reference = gpu_fabric_info_v3_request()
+    health: int | None = None
+    if reference is not None and reader.value("nvmlDeviceGetGpuFabricInfoV", reference) is not None:
+        summary = _as_int(info.healthSummary)
+        health = None if summary in (None, NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED) else summary
+    else:
+        info, reference = gpu_fabric_info_request()
+        if reader.value("nvmlDeviceGetGpuFabricInfo", reference) is None:
+            return None
     state = _as_int(info.state)
     if state is None or state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
         return None
@@ -332,6 +341,7 @@ def read_fabric(reader: GpuReader) -> GpuFabric | None:
         status=_as_int(info.status),
         clique_id=_as_int(info.cliqueId),
         cluster_uuid=None if not any(uuid_bytes) else _uuid_text(uuid_bytes),
+        health_summary=health,
     )
 
 

@@ -74,6 +74,9 @@ NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: Final[int] = getattr(pynvml, "NVML_GPU_FABR
 NVML_GPU_FABRIC_STATE_NOT_STARTED: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_NOT_STARTED", 1)
 NVML_GPU_FABRIC_STATE_IN_PROGRESS: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_IN_PROGRESS", 2)
 NVML_GPU_FABRIC_STATE_COMPLETED: Final[int] = getattr(pynvml, "NVML_GPU_FABRIC_STATE_COMPLETED", 3)
+NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED: Final[int] = getattr(
+    pynvml, "NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED", 0
+)
 nvmlEventTypeXidCriticalError: Final[int] = pynvml.nvmlEventTypeXidCriticalError  # noqa: N816 (pynvml's name)
 nvmlTemperature_v1: Final[int] = getattr(pynvml, "nvmlTemperature_v1", 0x100000C)  # noqa: N816 (pynvml's name)
 
@@ -181,6 +184,7 @@ class NvmlLibrary(Protocol):
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> Sequence[Any]: ...
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
     def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int: ...
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None: ...
     def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any: ...
@@ -194,6 +198,19 @@ def gpu_fabric_info_request() -> tuple[Any, Any]:
     fills the same structure through the same reference (its ``_obj``).
     """
     info = pynvml.c_nvmlGpuFabricInfo_t()
+    return info, ctypes.byref(info)
+
+
+def gpu_fabric_info_v3_request() -> tuple[Any, Any]:
+    """An empty ``nvmlGpuFabricInfo_v3_t`` (version set) and the reference to pass to
+    ``nvmlDeviceGetGpuFabricInfoV``: the v1 fields plus ``healthMask`` and ``healthSummary`` (drivers that
+    report the NVLink fabric's health, GB200-class systems). None, None when the binding predates it."""
+    structure = getattr(pynvml, "c_nvmlGpuFabricInfo_v3_t", None)
+    version = getattr(pynvml, "nvmlGpuFabricInfo_v3", None)
+    if structure is None or version is None:
+        return None, None
+    info = structure()
+    info.version = version
     return info, ctypes.byref(info)
 
 

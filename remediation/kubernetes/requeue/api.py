@@ -59,7 +59,13 @@ log = structlog.get_logger(__name__)
 PODS_PATH = "/api/v1/namespaces/{namespace}/pods"
 POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
-KUEUE_WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{namespace}/workloads"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_WORKLOADS_PATH = "/apis/kueue.x-k8s.io/{version}/namespaces/{namespace}/workloads"
+# Newest first. Kueue 0.15 and later store Workloads as v1beta2 and convert v1beta1 through a webhook; a
+# write through v1beta1 can be refused there (Kueue 0.17 rejects a merge patch of ``spec.active`` on an
+# admitted Workload: its v1beta2 CEL rule on ``priorityClassSource`` sees the field lost in the round
+# trip). Older Kueue serves v1beta1 only.
+KUEUE_WORKLOAD_VERSIONS = ("v1beta2", "v1beta1")
 VOLCANO_COMMANDS_PATH = "/apis/bus.volcano.sh/v1alpha1/namespaces/{namespace}/commands"
 CLAIM_ATTEMPTS = 5
 POLL_INITIAL_S = 0.2
@@ -77,6 +83,7 @@ class RequeueApi:
     def __init__(self, api_client: client.ApiClient, *, field_manager: str, request_timeout_s: float) -> None:
         self._rest = RestClient(api_client, request_timeout_s=request_timeout_s)
         self._write_query = [("fieldManager", field_manager)]
+        self._kueue_version: str | None = None  # the Workload version the server answered with
 
     @property
     def requests_total(self) -> int:
@@ -110,13 +117,20 @@ class RequeueApi:
             raise WriteConflict(f"{ref.describe()} changed since it was read") from error
 
     def list_workloads(self, namespace: str) -> list[JsonObject]:
-        """The Kueue Workloads of ``namespace`` (an empty list when Kueue is not installed)."""
-        try:
-            answer = self._rest.json("GET", KUEUE_WORKLOADS_PATH, path_params={"namespace": namespace})
-        except KubeNotFound:
-            return []
-        items: list[JsonObject] = answer.get("items") or []
-        return items
+        """The Kueue Workloads of ``namespace`` at the newest version served (an empty list when Kueue is
+        not installed); each carries its ``apiVersion``, so that writes to it go to that version."""
+        versions = sorted(KUEUE_WORKLOAD_VERSIONS, key=lambda version: version != self._kueue_version)
+        for version in versions:
+            params = {"version": version, "namespace": namespace}
+            try:
+                answer = self._rest.json("GET", KUEUE_WORKLOADS_PATH, path_params=params)
+            except KubeNotFound:
+                continue
+            self._kueue_version = version
+            api_version = f"{KUEUE_GROUP}/{version}"
+            items: list[JsonObject] = answer.get("items") or []
+            return [{**item, "apiVersion": api_version, "kind": "Workload"} for item in items]
+        return []
 
     def list_pods(self, namespace: str, label_selector: str) -> list[JsonObject]:
         """The pods of ``namespace`` matching ``label_selector``."""

@@ -281,7 +281,9 @@ def job_rule_on_disruption(job_spec: Mapping[str, Any]) -> str | None:
     policy = job_spec.get("podFailurePolicy") or {}
     for rule in policy.get("rules") or []:
         for pattern in rule.get("onPodConditions") or []:
-            if pattern.get("type") == DISRUPTION_TARGET and pattern.get("status", "True") == "True":
+            # An absent or empty status means "True": the Job API defaults it, and a JobSet stores its Job
+            # templates with the empty Go zero value before any Job exists.
+            if pattern.get("type") == DISRUPTION_TARGET and (pattern.get("status") or "True") == "True":
                 return str(rule.get("action"))
     return None
 
@@ -423,6 +425,15 @@ def governing_kind(chain: OwnerChain) -> WorkloadKind:
     return kind
 
 
+def placed_by_topology(workload: Mapping[str, Any] | None) -> bool:
+    """Kueue admitted the workload with a ``topologyAssignment`` (topology-aware scheduling): it pins each
+    pod to a node with a nodeSelector, so a pod replaced by the job's own controller goes back to the node it
+    left (and stays Pending while that node is tainted) unless Kueue's TASReplaceNodeOnNodeTaints (beta,
+    on by default from Kueue 0.17) moves the assignment, which the requeue cannot see from here."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    return any(a.get("topologyAssignment") for a in admission.get("podSetAssignments") or [])
+
+
 def decide(chain: OwnerChain, policy: RequeuePolicy) -> Decision:
     """What to do for ``chain``'s top owner under ``policy`` (see the table in docs/requeue.md)."""
     kind = governing_kind(chain)
@@ -434,6 +445,16 @@ def decide(chain: OwnerChain, policy: RequeuePolicy) -> Decision:
     if kind is WorkloadKind.KUEUE and reaction is Reaction.REPLACES_POD and not explicit_rule:
         # The default (Count) only replaces the pod; Kueue requeues the whole workload only when evicted.
         reaction = Reaction.NOTHING
+    if (
+        kind is WorkloadKind.KUEUE
+        and reaction is Reaction.REPLACES_POD
+        and placed_by_topology(chain.workload)
+    ):
+        return Decision(
+            kind,
+            FALLBACK_BY_KIND[kind],
+            "placed by Kueue's topology-aware scheduling: a replaced pod is pinned to the same node",
+        )
     if reaction is not Reaction.NOTHING:
         return Decision(kind, RequeueAction.NONE, f"its own policy {reaction.value} on {DISRUPTION_TARGET}")
     return Decision(

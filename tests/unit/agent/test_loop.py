@@ -18,6 +18,7 @@ from agent.sources.wakeups import XidFeed
 from agent.state.machine import DebounceConfig, HealthStateMachine
 from agent.state.store import StateStore
 from core.clock import ManualClock
+from core.dcgm import DcgmReadings, ExporterGpu
 from core.health import NodeState
 from core.snapshot import NodeSnapshot
 from core.steps import ApplyReport, EmitEvent, NodeFacts, SetTaint, Step, StepResult
@@ -207,6 +208,30 @@ def test_a_snapshot_source_that_raises_reads_as_unknown_not_a_crash(rig: Rig) ->
     assert result.snapshot.nvml_error is not None
     assert result.health.state is NodeState.UNKNOWN
     assert rig.executor.node.condition_status == "Unknown"
+
+
+def test_dcgm_readings_join_the_snapshot_and_the_checks_judge_them(rig: Rig) -> None:
+    """A DCGM source only reads; its readings travel in the pass's snapshot and the checks judge them."""
+    seen: list[NodeSnapshot] = []
+
+    class Exporter:
+        def read(self, snapshot: NodeSnapshot) -> DcgmReadings:
+            seen.append(snapshot)
+            first = snapshot.gpus[0]
+            return DcgmReadings(exporter=[ExporterGpu(index=0, uuid=first.uuid, dbe_volatile=3)])
+
+    class Dcgmi:
+        def read(self, snapshot: NodeSnapshot) -> DcgmReadings:
+            return DcgmReadings(health_error="dcgmi: not found")
+
+    rig.agent.parts.reading_sources = (Exporter(), Dcgmi())
+    result = rig.agent.tick()
+    assert seen and seen[0].dcgm is None, "a source reads the NVML snapshot, not its own output"
+    dcgm = result.snapshot.dcgm
+    assert dcgm is not None and dcgm.exporter is not None and dcgm.health_error == "dcgmi: not found"
+    found = {(f.check, f.code) for f in result.verdict.findings}
+    assert ("dcgm_exporter", "ECC_DBE_VOLATILE") in found
+    assert ("dcgm_health", "DCGMI_UNAVAILABLE") in found
 
 
 def test_a_missing_driver_is_unknown_never_unhealthy(tmp_path: Path) -> None:

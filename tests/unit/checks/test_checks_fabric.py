@@ -12,7 +12,7 @@ from repo_paths import FIXTURES
 from agent.backends.infiniband import read_ib_ports
 from agent.backends.kernel_log import parse_link_line, parse_sxid_line
 from checks.config import ChecksConfig
-from checks.fabric import FabricMemory, check_fabric, judge_fabric_trends
+from checks.fabric import FabricMemory, check_fabric, judge_fabric_trends, judge_logged_flaps
 from checks.runner import run_checks
 from core.findings import Action, Finding, Status
 from core.snapshot import IbPort, NodeSnapshot
@@ -169,6 +169,7 @@ def test_kernel_log_link_downs_count_as_flaps_of_the_port_with_that_interface() 
         port("mlx5_0", netdev="enp1s0f0np0", counters=counters()),
         port("mlx5_1", netdev="enp1s0f1np1", counters=counters()),
         link_events=events,
+        at=datetime(2025, 3, 4, 9, 23, tzinfo=UTC),  # just after the lines: the downs are in the window
     )
     [finding] = judge(FabricMemory(), snapshot)[0]
     assert finding.code == "IB_LINK_FLAP" and "mlx5_0/1 (3 link downs" in finding.message
@@ -234,3 +235,161 @@ def test_the_memory_per_port_stays_bounded_over_a_long_run() -> None:
         findings, memory = judge(memory, snapshot)
     assert len(memory.ports["mlx5_0/1"].buckets) <= 100
     assert codes(findings) == ["IB_ERROR_RATE"]  # 360 symbol errors an hour: over 100
+
+
+# --- saturated counters ------------------------------------------------------------------------------------
+
+
+def test_pinned_counters_of_a_real_tree_are_reported_unknown_with_the_reason() -> None:
+    """4-bit counters stop at 15, 8-bit at 255, 16-bit at 65535: their increase is 0 from then on."""
+    snapshot = fabric_node(
+        *(p.model_dump() for p in read_ib_ports(FIXTURES / "fabric" / "sysfs-saturated") or [])
+    )
+    [finding] = check_fabric(snapshot, ChecksConfig())
+    assert (finding.check, finding.code, finding.status, finding.action) == (
+        "infiniband",
+        "IB_COUNTER_SATURATED",
+        Status.UNKNOWN,
+        Action.NONE,
+    )
+    for pinned in (
+        "excessive_buffer_overrun_errors at 15 (4-bit)",
+        "link_downed at 255 (8-bit)",
+        "local_link_integrity_errors at 15 (4-bit)",
+        "symbol_error at 65535 (16-bit)",
+    ):
+        assert pinned in finding.message
+    assert "mlx5_0/1" in finding.message and "mlx5_1" not in finding.message
+    assert run_checks(snapshot).status is Status.UNKNOWN  # never ok while a watched signal is blind
+
+
+def test_a_wider_hw_counter_of_the_same_name_is_read_instead_and_still_sees_flaps() -> None:
+    """counters/link_downed pinned at 255, hw_counters/link_downed (64-bit) still rising: a flap, no unknown."""
+    pinned = {"link_downed": 255}
+    snapshots = [
+        fabric_node(
+            port("mlx5_0", counters=pinned, hw_counters={"link_downed": 300 + n}),
+            at=T0 + timedelta(seconds=60 * n),
+        )
+        for n in (0, 2, 3)
+    ]
+    assert check_fabric(snapshots[0], ChecksConfig()) == []
+    memory = FabricMemory()
+    for snapshot in snapshots:
+        findings, memory = judge(memory, snapshot)
+    assert codes(findings) == ["IB_LINK_FLAP"]
+    without_wider = [
+        fabric_node(port("mlx5_0", counters=pinned), at=T0 + timedelta(seconds=60 * n)) for n in (0, 2, 3)
+    ]
+    memory = FabricMemory()
+    for snapshot in without_wider:
+        findings, memory = judge(memory, snapshot)
+    assert findings == []  # the pinned counter alone can never show the flap: hence the unknown above
+    assert codes(check_fabric(without_wider[0], ChecksConfig())) == ["IB_COUNTER_SATURATED"]
+
+
+def test_ib_core_port_downs_feed_the_flap_rule_of_that_device_and_port() -> None:
+    """A pure InfiniBand port has no netdev: ib_core's DOWN lines count for the device and port they name."""
+    lines = (FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_link_line(line)) is not None]
+    snapshot = fabric_node(
+        port("mlx5_0", counters=counters()),
+        port("mlx5_1", counters=counters()),
+        link_events=events,
+        at=datetime(2025, 6, 11, 10, 14, 30, tzinfo=UTC),
+    )
+    [finding] = judge(FabricMemory(), snapshot)[0]
+    assert finding.code == "IB_LINK_FLAP" and "mlx5_0/1 (3 link downs" in finding.message
+    assert "mlx5_1" not in finding.message
+
+
+def test_a_fatal_sxid_whose_header_line_is_missing_is_judged_from_its_severity_line() -> None:
+    """A rotated or truncated log that kept only 'Severity 1 Engine instance ...': still a fatal SXid."""
+    lines = (FIXTURES / "fabric" / "dmesg-sxid-headerless.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_sxid_line(line)) is not None]
+    assert [(e["sxid"], e["severity"], e["detail_severity"]) for e in events] == [
+        (24007, None, 1),
+        (24007, None, None),
+        (22013, "non-fatal", None),
+        (22013, None, 0),
+    ]
+    findings = check_fabric(node(gpu(0), fabric={"sxid_events": events}), ChecksConfig())
+    assert [(f.code, f.action) for f in findings] == [
+        ("NVSWITCH_SXID_FATAL", Action.DRAIN_AND_RESET),
+        ("NVSWITCH_SXID_NONFATAL", Action.NONE),
+    ]
+    assert "SXid 24007 on nvswitch0" in findings[0].message and "22013" not in findings[0].message
+
+
+def test_a_severity_line_after_its_header_is_not_counted_twice() -> None:
+    """With the header present the detail line stays a detail: one fatal SXid, not two."""
+    lines = (FIXTURES / "fabric" / "dmesg-mlx5-flap-sxid.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_sxid_line(line)) is not None]
+    findings = check_fabric(node(gpu(0), fabric={"sxid_events": events}), ChecksConfig())
+    fatal = next(f for f in findings if f.code == "NVSWITCH_SXID_FATAL")
+    assert fatal.message.count("SXid 24007") == 1
+
+
+def test_a_saved_fabric_state_0_is_no_signal_and_the_health_summary_is_judged() -> None:
+    """State 0 (NOT_SUPPORTED) in a saved snapshot is no signal; unhealthy fails, limited capacity warns."""
+    snapshot = NodeSnapshot.model_validate_json(
+        (FIXTURES / "fabric" / "snapshot-fabric-state-and-health.json").read_text()
+    )
+    findings = check_fabric(snapshot, ChecksConfig())
+    by_gpu = {snapshot.gpus.index(g): f for f in findings for g in snapshot.gpus if g.uuid == f.gpu}
+    assert sorted((pos, f.code, f.status, f.action) for pos, f in by_gpu.items()) == [
+        (2, "NVLINK_FABRIC_DEGRADED", Status.WARN, Action.NONE),
+        (3, "NVLINK_FABRIC_UNHEALTHY", Status.FAIL, Action.RESET_GPU),
+    ]
+    assert len(findings) == 2 and all(f.check == "nvswitch" for f in findings)
+
+
+# --- a saved log over its own times, and windows that hold only their own events --------------------------
+
+
+def test_link_downs_that_happened_long_ago_are_not_a_flap_now() -> None:
+    """The trend rule counts only downs inside its window: three lines from an hour ago delivered late are
+    not a flap at this reading."""
+    lines = (FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e.model_dump() for line in lines if (e := parse_link_line(line)) is not None]
+    late = fabric_node(
+        port("mlx5_0", counters=counters()), link_events=events, at=datetime(2025, 6, 11, 11, 30, tzinfo=UTC)
+    )
+    assert judge(FabricMemory(), late)[0] == []
+
+
+def test_a_saved_log_flaps_over_its_own_timestamps() -> None:
+    """gpuhealth check --kernel-log: three link downs in 16 s are a flap, with no earlier reading at all."""
+    lines = (FIXTURES / "fabric" / "dmesg-ib-core-port-flap.txt").read_text().splitlines()
+    events = [e for line in lines if (e := parse_link_line(line)) is not None]
+    [finding] = judge_logged_flaps(events, ChecksConfig())
+    assert (finding.code, finding.action) == ("IB_LINK_FLAP", Action.REPLACE)
+    assert "mlx5_0/1 (3 link downs in 16 s from 2025-06-11 10:14:02 UTC)" in finding.message
+    spread = [
+        e.model_copy(update={"at": e.at + timedelta(minutes=6 * n)}) for n, e in enumerate(events) if e.at
+    ]
+    assert judge_logged_flaps(spread, ChecksConfig()) == []  # the same downs 12 min apart: no flap
+
+
+# --- the whole fabric down -----------------------------------------------------------------------------------
+
+
+def test_every_ib_port_stuck_in_init_is_a_fabric_outage_without_an_expected_count() -> None:
+    """No subnet manager: every InfiniBand port physically up but stuck in INIT. No sibling is up to infer
+    from, and no count is configured, yet it is reported (the RoCE port is another fabric and stays out)."""
+    ports = read_ib_ports(FIXTURES / "fabric" / "sysfs-no-subnet-manager") or []
+    snapshot = fabric_node(*(p.model_dump() for p in ports))
+    [finding] = check_fabric(snapshot, ChecksConfig())
+    assert (finding.check, finding.code, finding.status, finding.action) == (
+        "infiniband",
+        "IB_FABRIC_DOWN",
+        Status.FAIL,
+        Action.REPLACE,
+    )
+    assert "stuck in INIT (no subnet manager?)" in finding.message
+    assert "mlx5_0/1 (2: INIT / 5: LinkUp)" in finding.message and "mlx5_4" not in finding.message
+    # with a count configured it is still one fabric finding, not a port-down one
+    assert codes(check_fabric(snapshot, config(expected_active_ports=4))) == ["IB_FABRIC_DOWN"]
+    # one port back: no longer the whole fabric
+    healed = fabric_node(*(p.model_dump() for p in ports[1:]), port("mlx5_0"))
+    assert "IB_FABRIC_DOWN" not in codes(check_fabric(healed, ChecksConfig()))

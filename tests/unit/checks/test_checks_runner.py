@@ -23,6 +23,7 @@ def test_registry_runs_every_family_in_a_fixed_order() -> None:
         "recovery_action",
         "persistence",
         "fabric",
+        "dcgm",
     ]
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 from checks_builders import gpu, gpu_with_xids, node, xid
+from repo_paths import FIXTURES
 
+from agent.backends.kernel_log import parse_xid_line
 from checks.config import ChecksConfig
 from checks.xid import check_xid, occurrences, recovery_action_from_message
 from core.findings import Action, Finding, Status
@@ -297,3 +299,70 @@ def test_a_gpu_without_events_yields_no_xid_finding() -> None:
 def test_the_xid_check_can_be_disabled() -> None:
     config = ChecksConfig.from_mapping({"xid": {"enabled": False}})
     assert check_xid(node(gpu_with_xids(xid(79))), config) == []
+
+
+# --- NVLink5 (144-150): NVIDIA's decode sheet ----------------------------------------------------------------
+
+NVLINK5_LINES = (FIXTURES / "real" / "kernel-gpud1160-1174-kmsg-nvlink5.txt").read_text().splitlines()
+
+
+def _real_nvlink5(xid_number: int, unit: str) -> str:
+    """The message of the real line of that XID and unit (the fixture's source: its README)."""
+    event = next(
+        e
+        for line in NVLINK5_LINES
+        if (e := parse_xid_line(line)) is not None
+        and e.xid == xid_number
+        and e.message
+        and e.message.startswith(unit + " ")
+    )
+    assert event.message is not None
+    return event.message
+
+
+@pytest.mark.parametrize(
+    ("xid_number", "message", "action"),
+    [
+        # "Fatal" on the line, but link-down reason 0b100110 (intrinfo 0x026001c6): IGNORE in the sheet
+        (
+            149,
+            "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            Action.NONE,
+        ),
+        # reason 0b100101 (0x025001c6): the peer device is the source, RESET_GPU
+        (
+            149,
+            "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            Action.RESET_GPU,
+        ),
+        # "Nonfatal" on the line, but error status 0x12 = 0x2 | 0x10 of SAW_MVB: both RESET_GPU in the sheet
+        (
+            144,
+            "SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000012 0x00000000 0x00000000 0x00000000 0x00000000)",
+            Action.RESET_GPU,
+        ),
+        # RLW_REMAP 0x4: XID_154_EVAL, the XID 154 the driver raises with it carries the action
+        (
+            145,
+            "RLW_REMAP Nonfatal XC0 i0 Link 02 (0x00400082 0x00000004 0x00000000 0x00000000 0x00000000 0x00000000)",
+            Action.NONE,
+        ),
+        # a status the sheet does not list for the unit: the severity word decides
+        (145, "RLW_RXPIPE Fatal XC0 i0 Link 13 (0x0409a0c2 0x00000040 0x0 0x0 0x0 0x0)", Action.RESET_GPU),
+    ],
+)
+def test_nvlink5_xids_are_judged_by_the_catalogues_decode(
+    xid_number: int, message: str, action: Action
+) -> None:
+    finding = _judge(xid(xid_number, "kernel_log", message))[f"XID_{xid_number}"]
+    assert finding.action is action
+    if action is Action.NONE and "0x026001c6" in message:
+        assert "IGNORE" in finding.message
+
+
+def test_the_real_nvlink5_lines_decode_as_the_sheet_says() -> None:
+    assert (
+        _judge(xid(149, "kernel_log", _real_nvlink5(149, "NETIR_LINK_EVT")))["XID_149"].action is Action.NONE
+    )
+    assert _judge(xid(145, "kernel_log", _real_nvlink5(145, "RLW_RXPIPE")))["XID_145"].action is Action.NONE
+    assert _judge(xid(149, "kernel_log", _real_nvlink5(149, "NETIR")))["XID_149"].action is Action.RESET_GPU

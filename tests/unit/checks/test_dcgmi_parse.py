@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from repo_paths import FIXTURES as TEST_FIXTURES
 
-from checks.dcgm import Grade, grade_from_text, system_code, upper_snake
-from checks.dcgmi import DcgmiOutputError, health_findings, parse_diag, parse_health
+from agent.backends.dcgm.dcgmi_output import DcgmiOutputError, parse_diag, parse_health
+from checks.dcgm import system_code, upper_snake
+from checks.dcgmi import health_findings
+from core.dcgm import Grade, grade_from_text
 
 FIXTURES = TEST_FIXTURES / "dcgm"
 

@@ -10,7 +10,7 @@ import pytest
 from repo_paths import FIXTURES
 
 from agent.backends.replay import SnapshotError, load_snapshot, parse_snapshot
-from core.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot, pci_key
+from core.snapshot import SNAPSHOT_SCHEMA, NodeSnapshot, XidEvent, pci_key
 
 FIXTURE = FIXTURES / "snapshots" / "contracts-example.json"
 
@@ -125,6 +125,10 @@ def test_gpu_lookup_by_pci_address_accepts_the_kernel_log_spelling() -> None:
         node="n",
         gpus=[{"index": 0, "uuid": "GPU-a", "pci_bus_id": "00000000:3B:00.0"}],  # type: ignore[list-item]
     )
-    assert snapshot.gpu_by_pci("0000:3b:00") is not None
-    assert snapshot.gpu_by_pci("0000:3c:00") is None
-    assert snapshot.gpu_by_pci("garbage") is None
+
+    def at(address: str) -> XidEvent:
+        return XidEvent(xid=79, source="kernel_log", pci_bus_id=address)
+
+    assert snapshot.owner_of(at("0000:3b:00")) is not None
+    assert snapshot.owner_of(at("0000:3c:00")) is None
+    assert snapshot.owner_of(at("garbage")) is None

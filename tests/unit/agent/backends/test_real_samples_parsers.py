@@ -8,13 +8,14 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 import pytest
+from dcgm_judge import findings_for_page
 from repo_paths import FIXTURES
 
-from agent.backends.dcgm.exporter import findings_for_page, host_of, parse_metrics
+from agent.backends.dcgm.dcgmi_output import DcgmiOutputError, parse_diag
+from agent.backends.dcgm.exporter import host_of, parse_metrics
 from agent.backends.kernel_log import parse_kernel_log, parse_sxid_line
 from agent.backends.kernel_log.fallen_off import MESSAGE as FALLEN_OFF_MESSAGE
 from checks.config import ChecksConfig
-from checks.dcgmi import DcgmiOutputError, parse_diag
 from gpuhealth.cli.main import main
 
 REAL = FIXTURES / "real"

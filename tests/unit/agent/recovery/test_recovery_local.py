@@ -14,6 +14,7 @@ from repo_paths import FIXTURES as TEST_FIXTURES
 from waiting import HANG_GUARD_S
 
 from agent.backends.dcgm.dcgmi import DcgmiError, DiagRun
+from agent.backends.dcgm.dcgmi_output import parse_diag
 from agent.backends.nvml import seam as nvml_seam
 from agent.recovery.actions import HostActions
 from agent.recovery.executor import LocalRecovery, LocalRecoveryParts, RecoveringExecutor
@@ -21,7 +22,6 @@ from agent.recovery.reboot import read_boot_id, request_reboot
 from agent.recovery.reset import GpuResetter
 from agent.recovery.settings import RebootSettings, RecoverySettings
 from agent.recovery.validation import DcgmiValidator, ReadingsOnly
-from checks.dcgmi import parse_diag
 from core.steps import (
     ApplyReport,
     NodeFacts,

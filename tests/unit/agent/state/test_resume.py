@@ -4,6 +4,7 @@ keeps the node out of service until the normal path ends the incident."""
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -121,7 +122,9 @@ def test_a_label_without_an_action_is_held_for_a_human() -> None:
     resumed = resumed_state(NODE, NodeFacts(state_label="unhealthy"), None, NOW)
     assert resumed is not None
     assert resumed.incident.action is Action.REPLACE
-    assert resumed.incident.id == f"inc-{NODE}-20260501T120000Z-lost"
+    assert re.fullmatch(f"inc-{NODE}-20260501T120000Z-lost-[0-9a-f]{{16}}", resumed.incident.id)
+    again = resumed_state(NODE, NodeFacts(state_label="unhealthy"), None, NOW)
+    assert again is not None and again.incident.id != resumed.incident.id  # not to be guessed by another node
     assert resumed.incident.reasons == [STATE_RESTORED]
 
 

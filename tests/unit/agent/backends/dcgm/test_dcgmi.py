@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from dcgm_judge import judge
 from repo_paths import FIXTURES as TEST_FIXTURES
 
-from agent.backends.dcgm.dcgmi import UNAVAILABLE_CODE, DcgmiError, DcgmiHealthSource, run_diag, run_health
+from agent.backends.dcgm.dcgmi import DcgmiError, DcgmiHealthSource, run_diag, run_health
+from checks.dcgm_readings import DCGMI_UNAVAILABLE as UNAVAILABLE_CODE
+from checks.dcgmi import diag_findings
 from core.findings import Action, Status
 from core.snapshot import GpuSnapshot, NodeSnapshot
 
@@ -53,7 +56,7 @@ def test_health_failures_become_dcgm_health_findings_on_their_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install_fake(tmp_path, monkeypatch, health="health-3.3-mem-fail-pcie-warn.json")
-    found = DcgmiHealthSource().findings(SNAPSHOT)
+    found = judge(DcgmiHealthSource().read(SNAPSHOT), SNAPSHOT)
     by_code = {f.code: f for f in found}
     assert by_code["DCGM_HEALTH_MEM"].gpu == "GPU-one"
     assert (by_code["DCGM_HEALTH_MEM"].status, by_code["DCGM_HEALTH_MEM"].action) == (
@@ -66,7 +69,7 @@ def test_health_failures_become_dcgm_health_findings_on_their_gpu(
 def test_healthy_node_has_no_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fake(tmp_path, monkeypatch)
     assert run_health().overall is not None
-    assert DcgmiHealthSource().findings(SNAPSHOT) == []
+    assert judge(DcgmiHealthSource().read(SNAPSHOT), SNAPSHOT) == []
 
 
 def test_diag_that_exits_non_zero_is_still_parsed_and_fails(
@@ -77,7 +80,7 @@ def test_diag_that_exits_non_zero_is_still_parsed_and_fails(
     run = run_diag(2, timeout_s=30)
     assert not run.passed
     assert run.result.failed_tests == ("memory",)
-    found = {f.code: f for f in run.findings({0: "GPU-zero", 1: "GPU-one"})}
+    found = {f.code: f for f in diag_findings(run.result, {0: "GPU-zero", 1: "GPU-one"})}
     assert found["DCGM_DIAG_MEMORY"].gpu == "GPU-one"
     assert found["DCGM_DIAG_SOFTWARE"].status is Status.WARN
 
@@ -86,18 +89,18 @@ def test_passing_diag_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     install_fake(tmp_path, monkeypatch)
     run = run_diag(1, timeout_s=30)
     assert run.passed
-    assert run.findings({}) == []
+    assert diag_findings(run.result, {}) == []
 
 
 def test_missing_dcgmi_is_one_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    found = DcgmiHealthSource().findings(SNAPSHOT)
+    found = judge(DcgmiHealthSource().read(SNAPSHOT), SNAPSHOT)
     assert [(f.code, f.status) for f in found] == [(UNAVAILABLE_CODE, Status.UNKNOWN)]
 
 
 def test_failing_dcgmi_without_json_is_one_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fake(tmp_path, monkeypatch, mode="garbage")
-    found = DcgmiHealthSource().findings(SNAPSHOT)
+    found = judge(DcgmiHealthSource().read(SNAPSHOT), SNAPSHOT)
     assert [(f.code, f.status) for f in found] == [(UNAVAILABLE_CODE, Status.UNKNOWN)]
     assert "exited 255" in found[0].message
 
@@ -106,7 +109,7 @@ def test_hanging_dcgmi_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     install_fake(tmp_path, monkeypatch, mode="hang")
     with pytest.raises(DcgmiError, match=r"no answer within 0\.5 s"):
         run_diag(1, timeout_s=0.5)
-    found = DcgmiHealthSource(timeout_s=0.5).findings(SNAPSHOT)
+    found = judge(DcgmiHealthSource(timeout_s=0.5).read(SNAPSHOT), SNAPSHOT)
     assert [f.status for f in found] == [Status.UNKNOWN]
 
 
@@ -129,5 +132,5 @@ def test_a_remote_host_engine_is_named_after_the_subcommand(
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert DcgmiHealthSource(host="10.0.0.7").findings(SNAPSHOT) == []
+    assert judge(DcgmiHealthSource(host="10.0.0.7").read(SNAPSHOT), SNAPSHOT) == []
     assert seen.read_text() == "health --host 10.0.0.7 -c -j"

@@ -1,4 +1,4 @@
-"""A real HTTP exporter on 127.0.0.1 serving a recorded page; down or erroring -> one unknown finding."""
+"""A real HTTP exporter on 127.0.0.1 serving a recorded page; down or erroring -> one unknown finding (once judged)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from dcgm_judge import judge
 from repo_paths import FIXTURES
 
-from agent.backends.dcgm.exporter import UNAVAILABLE_CODE, ExporterSource
+from agent.backends.dcgm.exporter import ExporterSource
+from checks.dcgm_exporter import UNAVAILABLE_CODE
 from core.findings import Status
 from core.snapshot import NodeSnapshot
 
@@ -50,7 +52,7 @@ EMPTY = NodeSnapshot(node="gpu-node-03", gpus=[])
 def test_live_exporter_is_scraped_and_judged(exporter: str) -> None:
     source = ExporterSource(exporter, timeout_s=5.0, every_s=30.0)
     try:
-        found = source.findings(EMPTY)
+        found = judge(source.read(EMPTY))
     finally:
         source.close()
     assert {f.code for f in found} >= {"XID_79", "ECC_DBE_VOLATILE"}
@@ -61,12 +63,12 @@ def test_scrapes_are_cached_for_every_s(exporter: str) -> None:
     now = [100.0]
     source = ExporterSource(exporter, every_s=30.0, monotonic=lambda: now[0])
     try:
-        source.findings(EMPTY)
+        source.read(EMPTY)
         now[0] += 10.0
-        source.findings(EMPTY)
+        source.read(EMPTY)
         assert _Exporter.hits == 1
         now[0] += 25.0
-        source.findings(EMPTY)
+        source.read(EMPTY)
         assert _Exporter.hits == 2
     finally:
         source.close()
@@ -76,7 +78,7 @@ def test_exporter_answering_an_error_is_one_unknown(exporter: str) -> None:
     _Exporter.status = 503
     source = ExporterSource(exporter)
     try:
-        found = source.findings(EMPTY)
+        found = judge(source.read(EMPTY))
     finally:
         source.close()
     assert [(f.code, f.status) for f in found] == [(UNAVAILABLE_CODE, Status.UNKNOWN)]
@@ -86,7 +88,7 @@ def test_exporter_answering_an_error_is_one_unknown(exporter: str) -> None:
 def test_exporter_down_is_one_unknown_never_a_fault() -> None:
     source = ExporterSource("http://user:secret@127.0.0.1:9/metrics", timeout_s=2.0)
     try:
-        found = source.findings(EMPTY)
+        found = judge(source.read(EMPTY))
     finally:
         source.close()
     assert [(f.code, f.status) for f in found] == [(UNAVAILABLE_CODE, Status.UNKNOWN)]

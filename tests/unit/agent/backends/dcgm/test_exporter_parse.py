@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from dcgm_judge import findings_for_page
 from repo_paths import FIXTURES as TEST_FIXTURES
 
-from agent.backends.dcgm.exporter import (
-    UNAVAILABLE_CODE,
-    ExporterError,
-    findings_for_page,
-    host_of,
-    is_blank,
-    parse_metrics,
-)
+from agent.backends.dcgm.exporter import ExporterError, host_of, is_blank, parse_metrics
 from checks.config import ChecksConfig
-from checks.dcgm import merge_findings
+from checks.dcgm_exporter import UNAVAILABLE_CODE
+from checks.runner import merge_findings
 from core.findings import Action, Finding, Status
 from core.snapshot import GpuSnapshot, NodeSnapshot
 

@@ -37,3 +37,19 @@ def test_a_failed_or_unfinished_registration_and_its_repair() -> None:
 def test_a_driver_without_the_call_gives_null() -> None:
     fake = FakeNvml("h100_sxm", seed=1, missing_functions={"nvmlDeviceGetGpuFabricInfo"})
     assert all(gpu.fabric is None for gpu in NvmlBackend(fake, node_name="n").snapshot().gpus)
+
+
+def test_the_fabric_health_summary_is_read_where_the_driver_reports_it() -> None:
+    """nvmlDeviceGetGpuFabricInfoV (nvmlGpuFabricInfo_v3_t): healthSummary 2 unhealthy, 3 limited capacity."""
+    fake = FakeNvml("h200_sxm", seed=1)
+    fake.fail_fabric(1, status=nvml.NVML_SUCCESS, health=3)
+    fake.fail_fabric(4, status=nvml.NVML_SUCCESS, health=2)
+    gpus = NvmlBackend(fake, node_name="n").snapshot().gpus
+    assert [gpu.fabric.health_summary if gpu.fabric else "none" for gpu in gpus[:5]] == [
+        None,
+        3,
+        None,
+        None,
+        2,
+    ]
+    assert fake.calls["nvmlDeviceGetGpuFabricInfoV"] == len(gpus)
