@@ -12,6 +12,7 @@ from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.fleet_cmd import _client, _common_options, _console, _print_json, _table, _when
 from gpuhealth.cli.guard import node_name
 from gpuhealth.cli.incident_views import gpus_text
+from gpuhealth.cli.safe_text import terminal_safe_model
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +43,7 @@ def run_incidents(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(found)
         return 0
+    found = terminal_safe_model(found)  # reasons, GPU names and serials come from the agents
     console = _console()
     if not found:
         console.print("no open incidents" if args.open else "no incidents")
