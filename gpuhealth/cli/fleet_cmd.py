@@ -460,8 +460,9 @@ def run_quarantine(args: argparse.Namespace) -> int:
     return _print_request(args, request)
 
 
-REMEDIATING_ACTIONS = frozenset({"drain", "reset", "reboot", "validate"})
-"""Steps that deal with a fault; an incident with none of them done is not remediated."""
+REMEDIATING_ACTIONS = frozenset({"reset", "reboot", "validate"})
+"""Steps that deal with a fault (a drain only moves the work away); an incident with none of them done is
+not remediated."""
 
 
 def run_release(args: argparse.Namespace) -> int:

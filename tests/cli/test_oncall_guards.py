@@ -41,7 +41,14 @@ def live(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterat
     ).start()
     now = datetime.now(UTC)
     for body in (
-        report("node-sick", 1, "unhealthy", incident="inc-sick", sent_at=now),
+        report(
+            "node-sick",
+            1,
+            "unhealthy",
+            incident="inc-sick",
+            sent_at=now,
+            actions=[{"at": now.isoformat(), "action": "drain", "result": "ok", "incident_id": "inc-sick"}],
+        ),
         report("node-fixed", 1, "unhealthy", incident="inc-fixed", sent_at=now),
         report(
             "node-fixed",
