@@ -324,7 +324,8 @@ def test_an_unknown_reading_shows_its_age_on_the_node_page(browser: object, flee
     try:
         fleet.tick(node)  # the watchdog answers for NVML after detector_timeout_s
         browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{node}")  # type: ignore[attr-defined]
-        assert wait_until(lambda: text_of(browser, "node-findings").startswith("unknown for ")), text_of(
+        # The finding's row: where (the node), then its status with its age.
+        assert wait_until(lambda: text_of(browser, "node-findings").startswith("nodeunknown for ")), text_of(
             browser, "node-findings"
         )
         assert "NVML_UNAVAILABLE" in text_of(browser, "node-findings")
