@@ -149,6 +149,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             "Targets on a 2-core machine: >= 2,000 reports/s; p99 <= 50 ms at the fleet's rate; summary p99 "
             "<= 100 ms at 10,000 nodes x 8 GPUs; 10,000 re-registrations at once without a 5xx within 30 s "
             "(issue: the aggregator at fleet scale).",
+            "`ratio_to_baseline`: the product's figures over those of `bench/baseline_server.py` in the same "
+            "run (the same FastAPI and uvicorn stack doing only the token check, the validation of the same "
+            "report and its acknowledgement): throughput and CPU per report as fractions of the baseline's, "
+            "p99 at the fleet's rate as a multiple of it. The baseline moves with the machine's speed and "
+            "load; the ratio is the product's own cost.",
             "Where the time went and what changed it: docs/aggregator.md, Performance.",
         ),
     ),
@@ -164,13 +169,22 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "demo_fleet",
         "The whole demo on 1,000 nodes",
         "`gpuhealth demo --nodes 1000 --headless --json` in a child process: emulated Kubernetes API, "
-        "aggregator, 1,000 real agents on fake GPUs in one process, then the default scenario played "
-        "`time_scale` times slower (the fleet polls less often); a burst on a quarter of the fleet must be "
-        "tainted and trip the breaker with no mass drain. Wall time, the child's peak RSS, start-up and "
-        "timeline seconds, fault-to-taint latencies, pass/fail.",
+        "aggregator, 1,000 real agents on fake GPUs in agent host processes (500 each, as many as there "
+        "are cores), then the default scenario played `time_scale` times slower (the fleet polls less "
+        "often); a burst on a quarter of the fleet must be tainted and trip the breaker with no mass drain. "
+        "Wall time, the child's peak RSS, start-up and timeline seconds, fault-to-taint latencies "
+        "(250 of the 252 samples are the burst), pass/fail.",
         (
-            "Target: every expectation of the default scenario holds at 1,000 nodes (issue: the 1000-node "
-            "demo).",
+            "Target: every expectation of the default scenario holds at 1,000 nodes, and fault-to-taint "
+            "P99 <= 5 s with all agents sharing the machine's two cores (issue: fleet-scale figures).",
+            "Where the time goes in the burst (per-process CPU sampled from /proc during a 250-node burst "
+            "on 1,000 nodes): about 38 ms of CPU per failing node, 18 ms in the demo's own process (the "
+            "emulated API server's writes and watches, the aggregator's report, incident and permit) and "
+            "20 ms in the agents' host processes (the woken agent's snapshot, checks, plan and writes). "
+            "On two free cores 250 failing nodes need about 4.8 s of CPU, which is what the P99 of a burst "
+            "measures; on a shared machine it stretches with the other load. The fault-to-taint probe "
+            "itself used 15 % of the demo process's CPU in the burst until it read only the pending "
+            "nodes' taints.",
             "NVSentinel handles about 2.5 nodes/s, one node at a time (Reference figures below).",
         ),
     ),

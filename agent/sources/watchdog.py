@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 
 DEFAULT_TIMEOUT_S = 10.0
+IDLE_EXIT_S = 120.0  # a worker with no call for this long ends; the next call starts another
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,14 @@ class _Call(Generic[_T]):
 
 
 class Deadline:
-    """Runs one detector's calls on worker threads, each allowed ``timeout_s`` before it is a stall."""
+    """Runs one detector's calls on a worker thread of its own, each allowed ``timeout_s`` before it is a
+    stall.
+
+    The worker is kept between calls (an agent asks its detectors every pass; starting a thread each time
+    cost more than the fake NVML's whole snapshot, and in a burst every woken agent waited for its new
+    thread to be scheduled) and ends after ``IDLE_EXIT_S`` without work, so an agent that is closed leaves
+    no thread behind for long. A call that hangs keeps the worker: no second call is started meanwhile.
+    """
 
     def __init__(
         self,
@@ -73,7 +81,10 @@ class Deadline:
         self.timeout_s = timeout_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
+        self._work_ready = threading.Condition(self._lock)
         self._pending: _Call[object] | None = None
+        self._next: tuple[_Call[object], Callable[[], object]] | None = None
+        self._worker: threading.Thread | None = None
         self._stalls = 0
 
     def run(self, call: Callable[[], _T]) -> _T | Stall:
@@ -86,10 +97,13 @@ class Deadline:
                 return Stall(self.detector, now - pending.started)
             current: _Call[_T] = _Call(now)
             self._pending = current  # type: ignore[assignment]
-        worker = threading.Thread(
-            target=self._work, args=(current, call), name=f"watchdog:{self.detector}", daemon=True
-        )
-        worker.start()
+            self._next = (current, call)  # type: ignore[assignment]
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._serve, name=f"watchdog:{self.detector}", daemon=True
+                )
+                self._worker.start()
+            self._work_ready.notify()
         if not current.done.wait(self.timeout_s):
             with self._lock:
                 if not current.counted:
@@ -100,6 +114,19 @@ class Deadline:
         if current.error is not None:
             raise current.error
         return current.result  # type: ignore[return-value]
+
+    def _serve(self) -> None:
+        """The worker: run each call handed over, until ``IDLE_EXIT_S`` pass without one."""
+        while True:
+            with self._lock:
+                if self._next is None:
+                    self._work_ready.wait(IDLE_EXIT_S)
+                if self._next is None:
+                    self._worker = None
+                    return
+                current, call = self._next
+                self._next = None
+            self._work(current, call)
 
     @staticmethod
     def _work(current: _Call[_T], call: Callable[[], _T]) -> None:

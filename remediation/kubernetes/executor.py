@@ -269,7 +269,7 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         return None if handler is None else functools.partial(handler, step)
 
     def _set_condition(self, step: SetCondition) -> str:
-        node = self._read_node()
+        node, _ = self._known_node()  # conditions merge by type: no resourceVersion, a stale copy is harmless
         if bodies.condition_unchanged(step, node):
             return "unchanged"
         patch = bodies.condition_patch(step, node, self._clock())
@@ -289,21 +289,28 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         return "cordoned"
 
     def _set_taint(self, step: SetTaint) -> str:
-        # Taints are an atomic list: read, edit, write back with the resourceVersion read (409 -> again).
-        node = self._read_node()
-        taints = bodies.taints_with_ours(node, step, self._clock())
-        if taints is None:
-            return "unchanged"
-        self._patch(bodies.taints_patch(node, taints))
-        return "taint set"
+        return self._edit_taints(lambda node: bodies.taints_with_ours(node, step, self._clock()), "taint set")
 
     def _remove_taint(self, _step: RemoveTaint) -> str:
-        node = self._read_node()
-        taints = bodies.taints_without_ours(node)
-        if taints is None:
-            return "unchanged"
-        self._patch(bodies.taints_patch(node, taints))
-        return "taint removed"
+        return self._edit_taints(bodies.taints_without_ours, "taint removed")
+
+    def _edit_taints(self, edit: Callable[[JsonObject], list[JsonObject] | None], done: str) -> str:
+        """Taints are an atomic list: edit the node as last seen and write the list back with that
+        resourceVersion. The watch's copy saves a read before the write that matters most (a fault's
+        taint); when it was stale the server answers 409, and the node is read and edited once more."""
+        node, cached = self._known_node()
+        while True:
+            taints = edit(node)
+            if taints is None:
+                return "unchanged"
+            try:
+                self._patch(bodies.taints_patch(node, taints))
+            except KubeConflict:
+                if not cached:
+                    raise  # a fresh read lost the race: the retry policy asks again
+                node, cached = self._read_node(), False
+                continue
+            return done
 
     def _uncordon(self, _step: Uncordon) -> str:
         node = self._read_node()
@@ -362,6 +369,11 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         return dataclasses.replace(facts, drained_incident=state.incident_id)
 
     # --- requests -----------------------------------------------------------------------------------------
+
+    def _known_node(self) -> tuple[JsonObject, bool]:
+        """The node as the synced watch last saw it (and True), else as read now (and False)."""
+        cached = self._watch.node() if self._watch.synced else None
+        return (cached, True) if cached is not None else (self._read_node(), False)
 
     def _read_node(self) -> JsonObject:
         with _refusal_named("get", "nodes"):

@@ -25,23 +25,39 @@ TAINT = {"key": "gpuhealth.io/unhealthy", "value": "reboot", "effect": "NoSchedu
 def test_a_conflict_on_the_taint_patch_is_retried_after_a_fresh_read(
     executor: KubernetesExecutor, sim: KubeSim, stored_node: StoredNode, sleep: Any
 ) -> None:
-    """409 Conflict -> read the node again, re-apply: the taint lands, after one backoff per conflict."""
+    """409 Conflict on the patch made from the watch's copy -> read the node, re-apply at once; a second
+    409 (the fresh read lost a race too) goes to the retry policy's backoff, and the taint lands."""
     sim.faults.inject(verb="patch", resource="nodes", status=409, times=2)
     requests = executor.requests_total
 
     result = executor.apply([SetTaint("reboot")]).results[0]
 
-    assert (result.ok, result.attempts) == (True, 3)
+    assert (result.ok, result.attempts) == (True, 2)
     assert stored_node()["spec"]["taints"] == [TAINT]
-    assert executor.requests_total - requests == 6  # each attempt reads, then patches
-    assert sleep.waits == [0.2, 0.4]
+    # patch (409), read, patch (409); after the backoff: patch from the copy that read refreshed
+    assert executor.requests_total - requests == 4
+    assert sleep.waits == [0.2]
+
+
+def test_a_synced_executor_taints_with_one_request(
+    executor: KubernetesExecutor, stored_node: StoredNode
+) -> None:
+    """The fault's taint is the write that matters most: made from the watch's copy of the node (its
+    resourceVersion guards it), with no read before it."""
+    requests = executor.requests_total
+
+    assert executor.apply([SetTaint("reboot")]).results[0].ok
+
+    assert executor.requests_total - requests == 1
+    assert stored_node()["spec"]["taints"] == [TAINT]
 
 
 def test_a_real_concurrent_change_gives_409_and_the_retry_keeps_it(
     executor: KubernetesExecutor, sim: KubeSim, stored_node: StoredNode
 ) -> None:
-    """The taint patch carries the resourceVersion it read: a write in between (a human's taint, here made
-    in the store as the first GET returns) turns our stale patch into 409, and the retry keeps both taints."""
+    """The taint patch carries the resourceVersion of the node as last seen: a write in between (a human's
+    taint, made in the store as the API server reads the node to apply our patch) turns it into 409; the
+    executor reads the node and re-applies at once, keeping both taints."""
     human_taint = {"key": "maintenance", "effect": "NoSchedule"}
     original_get = sim.store.get_entry
     raced: list[bool] = []
@@ -63,7 +79,7 @@ def test_a_real_concurrent_change_gives_409_and_the_retry_keeps_it(
         sim.store.get_entry = original_get  # type: ignore[method-assign]
 
     assert raced
-    assert (result.ok, result.attempts) == (True, 2)
+    assert (result.ok, result.attempts) == (True, 1)
     assert stored_node()["spec"]["taints"] == [human_taint, TAINT]
 
 

@@ -152,7 +152,7 @@ def test_dry_run_plans_everything_and_leaves_the_node_untouched(gpu_node: RealGp
 
 
 class RacingApiClient(client.ApiClient):
-    """An API client that lets a person write the node right after the executor's first GET of it."""
+    """An API client that lets a person write the node just before the executor's first PATCH of it."""
 
     def __init__(self, configuration: client.Configuration, node: str, race: Any) -> None:
         super().__init__(configuration)
@@ -161,19 +161,18 @@ class RacingApiClient(client.ApiClient):
         self.raced = 0
 
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        response = super().call_api(method, url, *args, **kwargs)
-        if method == "GET" and url.split("?", maxsplit=1)[0].endswith(self.node_path) and not self.raced:
+        if method == "PATCH" and url.split("?", maxsplit=1)[0].endswith(self.node_path) and not self.raced:
             self.raced += 1
             self.race()
-        return response
+        return super().call_api(method, url, *args, **kwargs)
 
 
 def test_a_stale_resource_version_is_a_real_409_and_the_retry_keeps_both_taints(
     cluster: Cluster, clock: ManualClock, human: client.CoreV1Api
 ) -> None:
-    """The taint patch carries the resourceVersion it read. A person's taint lands between that read and
-    the patch: kube-apiserver answers 409 Conflict, the executor reads again and re-applies, and both
-    taints are on the node (the person's first)."""
+    """The taint patch carries the resourceVersion of the node as the executor last saw it. A person's taint
+    lands just before the patch: kube-apiserver answers 409 Conflict, the executor reads the node and
+    re-applies at once, and both taints are on the node (the person's first)."""
     node = cluster.node_names[0]
     maintenance = {"key": "maintenance", "effect": "NoSchedule"}
 
@@ -196,6 +195,6 @@ def test_a_stale_resource_version_is_a_real_409_and_the_retry_keeps_both_taints(
         api_client.close()  # type: ignore[no-untyped-call]
 
     assert api_client.raced == 1
-    assert (result.ok, result.attempts) == (True, 2)
+    assert (result.ok, result.attempts) == (True, 1)
     taints = [(t["key"], t.get("value"), t["effect"]) for t in cluster.node(node)["spec"]["taints"]]
     assert taints == [("maintenance", None, "NoSchedule"), ("gpuhealth.io/unhealthy", "reboot", "NoSchedule")]

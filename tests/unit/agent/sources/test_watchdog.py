@@ -53,6 +53,18 @@ def test_a_call_past_its_deadline_is_a_stall_and_no_second_call_piles_up() -> No
     assert deadline.run(lambda: 42) == 42  # answering again: asked again
 
 
+def test_calls_share_one_worker_thread_that_ends_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker per call cost more than the call; one worker serves every call, and ends when idle."""
+    monkeypatch.setattr("agent.sources.watchdog.IDLE_EXIT_S", 0.2)
+    deadline = Deadline("nvml", DEADLINE_S)
+    workers = {deadline.run(threading.get_ident) for _ in range(50)}
+    assert len(workers) == 1 and threading.get_ident() not in workers
+    assert wait_until(
+        lambda: not any(t.name == "watchdog:nvml" and t.ident in workers for t in threading.enumerate())
+    ), "the idle worker did not end"
+    assert deadline.run(lambda: 42) == 42  # a new worker for the next call
+
+
 def test_an_exception_of_the_call_reaches_the_caller() -> None:
     def broken() -> int:
         raise RuntimeError("bug in a backend")
