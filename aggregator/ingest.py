@@ -302,15 +302,24 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
             id=incident_id, node=report.node, started_at=incident.started_at, ended_at=None, **values
         )
     )
+    gpus = incident_gpus(report)
+    named = "".join(
+        f" on GPU {gpu['index']}" + (f" (SN {gpu['serial']})" if gpu.get("serial") else "")
+        for gpu in gpus[:1]
+    ) + (f" and {len(gpus) - 1} more" if len(gpus) > 1 else "")
     record_event(
         conn,
         at=now,
         kind="incident_opened",
         node=report.node,
         incident_id=incident_id,
-        message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}; "
+        message=f"incident opened: {', '.join(incident.reasons) or 'no reason given'}{named}; "
         f"action {incident.action.value}",
-        details=values,
+        details=values
+        | {
+            "gpus": gpus,
+            "opened_by": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
+        },
     )
     log.info("incident opened", node=report.node, incident=incident_id)
     raising.incident_opened(
@@ -343,6 +352,23 @@ def _alert_if_escalated(
             labels=report.labels,
             now=now,
         )
+
+
+def incident_gpus(report: Report) -> list[dict[str, Any]]:
+    """The GPUs a new incident is about, with what names them to a person: those its failing findings name
+    (or, with none, those that report a failing status), in index order."""
+    named = {f.gpu for f in report.verdict.findings if f.gpu and f.status == "fail"}
+    chosen = [gpu for gpu in report.gpus if gpu.uuid in named or gpu.status == "fail"]
+    return [
+        {
+            "uuid": gpu.uuid,
+            "index": gpu.index,
+            "pci_bus_id": gpu.pci_bus_id,
+            "serial": gpu.serial,
+            "name": gpu.name,
+        }
+        for gpu in sorted(chosen, key=lambda gpu: gpu.index)
+    ]
 
 
 def _failing_gpus(report: Report) -> list[str]:
@@ -426,6 +452,7 @@ def _record_timeline(
             incident_id=_action_incident(timeline.conn, node, action.incident_id, incident_id),
             message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
+            repeatable=True,  # the same step done or refused again (a drain retried): one row with a count
         )
 
 

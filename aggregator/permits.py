@@ -104,6 +104,7 @@ def request_permit(
             incident_id=request.incident_id,
             message=f"permit for {request.action.value} refused: {refusal.reason}",
             details={"code": refusal.code, "action": request.action.value},
+            repeatable=True,  # asked again every pass while the breaker is tripped: one row with a count
         )
         log.info("permit refused", node=request.node, code=refusal.code)
         _alert_if_refused_too_long(conn, request.node, refusal.code, settings, now)

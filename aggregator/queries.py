@@ -12,6 +12,7 @@ from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import event_from_row
 from aggregator.store.tables import events, incidents, nodes
+from aggregator.timeline import arrange
 from core.aggregator_api import (
     STALE,
     Event,
@@ -156,11 +157,36 @@ def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None
         incident=incident,
         pending_requests=node_requests.pending(conn, name),
         permit=permits.active_permit(conn, name, now),
-        timeline=event_list(conn, node=name, limit=50),
+        timeline=node_timeline(conn, name, row.incident_id),
     )
 
 
-def _incident_from_row(row: Any) -> IncidentSummary:
+NODE_TIMELINE = 50
+"""Rows of a node's page and ``gpuhealth node``: its newest events, and its open incident's key ones."""
+
+
+def node_timeline(conn: Connection, name: str, incident_id: str | None) -> list[Event]:
+    """The node's newest events, in the order of cause; with an open incident, its first fault, its
+    opening and its first marks (the taint) are kept however many lines came after them."""
+    newest = event_list(conn, node=name, limit=NODE_TIMELINE)
+    if incident_id is not None:
+        have = {event.id for event in newest}
+        newest.extend(event for event in _incident_keys(conn, incident_id) if event.id not in have)
+    return arrange(newest)
+
+
+def _incident_keys(conn: Connection, incident_id: str) -> list[Event]:
+    """An incident's first fault, its opening and its first node writes: what its timeline always shows."""
+    kept: list[Event] = []
+    for kind in ("findings", "incident_opened", "action"):
+        query = select(events).where(events.c.incident_id == incident_id, events.c.kind == kind)
+        rows = conn.execute(query.order_by(events.c.at, events.c.id).limit(12 if kind == "action" else 1))
+        kept.extend(event_from_row(row) for row in rows)
+    return kept
+
+
+def _incident_from_row(row: Any, extras: dict[str, dict[str, Any]]) -> IncidentSummary:
+    extra = extras.get(row.id, {})
     return IncidentSummary(
         id=row.id,
         node=row.node,
@@ -169,13 +195,51 @@ def _incident_from_row(row: Any) -> IncidentSummary:
         reasons=row.reasons,
         action=row.action,
         open=row.ended_at is None,
+        gpus=extra.get("gpus") or [],
+        opened_by=extra.get("opened_by") or [],
     )
+
+
+def _incident_extras(conn: Connection, rows: list[Any]) -> dict[str, dict[str, Any]]:
+    """Each incident's GPUs and opening findings. The findings, and the GPUs of a closed incident, are what
+    its opening recorded; the GPUs of an open one are those its node's row marks ``in_incident`` (the ones
+    the grid draws red, so that every view names the same GPUs, a GPU that failed later included)."""
+    if not rows:
+        return {}
+    ids = [row.id for row in rows]
+    opened = conn.execute(
+        select(events.c.incident_id, events.c.details).where(
+            events.c.kind == "incident_opened", events.c.incident_id.in_(ids)
+        )
+    )
+    extras: dict[str, dict[str, Any]] = {
+        str(incident_id): {"gpus": details.get("gpus") or [], "opened_by": details.get("opened_by") or []}
+        for incident_id, details in opened
+        if isinstance(details, dict)
+    }
+    open_ids = {row.id for row in rows if row.ended_at is None}
+    if open_ids:
+        marked = conn.execute(
+            select(nodes.c.incident_id, nodes.c.gpus).where(nodes.c.incident_id.in_(open_ids))
+        )
+        for incident_id, gpus in marked:
+            held = sorted(
+                (gpu for gpu in gpus or [] if gpu.get("in_incident")),
+                key=lambda gpu: int(gpu.get("index", 0)),
+            )
+            if held:
+                extras.setdefault(str(incident_id), {})["gpus"] = [_incident_gpu(gpu) for gpu in held]
+    return extras
+
+
+def _incident_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
+    return {key: gpu.get(key) for key in ("uuid", "index", "pci_bus_id", "serial", "name")}
 
 
 def incident_summary(conn: Connection, incident_id: str) -> IncidentSummary | None:
     """One incident without its timeline, or None."""
     row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).first()
-    return _incident_from_row(row) if row is not None else None
+    return _incident_from_row(row, _incident_extras(conn, [row])) if row is not None else None
 
 
 def incident_detail(conn: Connection, incident_id: str) -> IncidentDetail | None:
@@ -189,7 +253,8 @@ def incident_detail(conn: Connection, incident_id: str) -> IncidentDetail | None
         .order_by(events.c.at, events.c.id)
         .limit(MAX_EVENTS)
     )
-    return IncidentDetail(**summary.model_dump(), timeline=[event_from_row(r) for r in rows])
+    # The oldest first: the fault, the opening and the taint are always in it (repeats are one row each).
+    return IncidentDetail(**summary.model_dump(), timeline=arrange([event_from_row(r) for r in rows]))
 
 
 def incident_list(
@@ -203,7 +268,19 @@ def incident_list(
         query = query.where(incidents.c.ended_at.is_(None))
     if since is not None:
         query = query.where((incidents.c.ended_at.is_(None)) | (incidents.c.ended_at >= since))
-    return [_incident_from_row(row) for row in conn.execute(query)]
+    rows = list(conn.execute(query))
+    extras = _incident_extras(conn, rows)
+    return [_incident_from_row(row, extras) for row in rows]
+
+
+def event_count(conn: Connection, *, node: str | None = None, since: datetime | None = None) -> int:
+    """How many events ``event_list`` would page through for these filters (rows: a repeat counts once)."""
+    query = select(func.count()).select_from(events)
+    if node is not None:
+        query = query.where(events.c.node == node)
+    if since is not None:
+        query = query.where(events.c.at >= since)
+    return int(conn.execute(query).scalar_one())
 
 
 def event_list(

@@ -8,8 +8,11 @@ at start, not a traceback from inside uvicorn.
 
 from __future__ import annotations
 
+import errno
 import gc
+import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -20,13 +23,62 @@ from aggregator.settings import AggregatorSettings
 from core.settings import SettingsError
 
 
-def serve(settings: AggregatorSettings) -> None:
-    """Open (and migrate) the database, then serve until SIGINT / SIGTERM."""
+def serve(settings: AggregatorSettings, announce: Callable[[str], None] | None = None) -> None:
+    """Open (and migrate) the database, then serve until SIGINT / SIGTERM; ``announce`` is given one line
+    saying where it listens and which database it uses, once both are open."""
     options = serving_options(settings)  # before the database: a bad certificate is a configuration error
-    app = create_app(settings)
-    gc.freeze()  # start-up objects (models, routes, SQL metadata) never die: keep full collections short
-    log_level = "warning"
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False, **options)
+    listener = listen_socket(settings.host, settings.port)  # a port in use: one line, before the database
+    try:
+        app = create_app(settings)
+        gc.freeze()  # start-up objects (models, routes, SQL metadata) never die: keep full collections short
+        config = uvicorn.Config(app, log_level="warning", access_log=False, **options)
+        server = uvicorn.Server(config)
+        if announce is not None:
+            scheme = "https" if "ssl_certfile" in options else "http"
+            host = f"[{settings.host}]" if ":" in settings.host else settings.host
+            announce(
+                f"gpuhealth aggregator listening on {scheme}://{host}:{listener.getsockname()[1]}, "
+                f"database {database_shown(settings)}"
+            )
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` and listening; raises SettingsError with one line when the
+    address is in use or cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        why = "the address is in use (another aggregator?)" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise SettingsError(f"cannot listen on {host}:{port}: {why or exc}") from None
+    listener.set_inheritable(True)
+    return listener
+
+
+def database_shown(settings: AggregatorSettings) -> str:
+    """The database, for a person to read: a SQLite file's path, or a server's host and database name
+    (never the user or password: the URL is a secret)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(settings.database_url.get_secret_value())
+    except ArgumentError:
+        return "(an unreadable URL)"
+    if url.get_backend_name() == "sqlite":
+        return f"SQLite {url.database or ':memory:'}"
+    where = f"{url.host or 'localhost'}{f':{url.port}' if url.port else ''}"
+    return f"PostgreSQL {url.database or ''} on {where}".replace("  ", " ")
 
 
 def serving_options(settings: AggregatorSettings) -> dict[str, Any]:

@@ -153,6 +153,22 @@ class GpuSummary(_Wire):
     index: Annotated[int, Field(ge=0, le=1023)]
     name: Annotated[str, Field(max_length=128)] | None = None
     status: Status = Status.OK
+    pci_bus_id: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None, description="The GPU's PCI address, as NVML gives it (e.g. 00000000:18:00.0)."
+    )
+    serial: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None, description="The board's serial number (NVML), what a replacement request names."
+    )
+
+
+class IncidentGpu(_Wire):
+    """A GPU an incident is about, as it was when the incident opened: what a person needs to find it."""
+
+    uuid: str
+    index: int | None = None
+    pci_bus_id: str | None = None
+    serial: str | None = None
+    name: str | None = Field(default=None, description="The GPU's model, e.g. NVIDIA H200.")
 
 
 class IncidentReport(_Wire):
@@ -416,18 +432,28 @@ class IncidentSummary(_Wire):
     reasons: list[str]
     action: Action
     open: bool
+    gpus: list[IncidentGpu] = Field(
+        default_factory=list,
+        description="The GPUs the findings that opened it name (empty when they are about the node).",
+    )
+    opened_by: list[Finding] = Field(
+        default_factory=list, description="The findings that opened it, as first reported."
+    )
 
 
 class Event(_Wire):
-    """One line of history: a state change, a finding, an action, a permit decision, a request."""
+    """One line of history: a state change, a finding, an action, a permit decision, a request. The same
+    line repeated (a refused permit every pass while the breaker is tripped) is one event with a count."""
 
     id: int
-    at: datetime
+    at: datetime = Field(description="When it happened (the first time, for a repeated one).")
     node: str | None
     incident_id: str | None
     kind: str
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
+    count: int = Field(default=1, description="How many times it happened, from at to last_at.")
+    last_at: datetime | None = Field(default=None, description="The last time, when it happened again.")
 
 
 class IncidentDetail(IncidentSummary):

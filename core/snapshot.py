@@ -147,6 +147,9 @@ class GpuSnapshot(_Model):
     uuid: str
     name: str | None = None
     pci_bus_id: str | None = None
+    serial: str | None = Field(
+        default=None, description="The board's serial number (NVML), what a replacement request names."
+    )
     lost: bool | None = None
     persistence_mode: bool | None = None
     temperature_c: int | None = None

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.findings import Action
+
 ConditionStatus = Literal["True", "False", "Unknown"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -129,10 +131,13 @@ class EmitEvent:
 
 @dataclass(frozen=True)
 class RequestPermit:
-    """Anything beyond mark + taint (drain, requeue, reset, reboot) needs a permit from the aggregator."""
+    """Anything beyond mark + taint (drain, requeue, reset, reboot) needs a permit from the aggregator.
+    ``action``: the incident's remedy the permit is asked for (a reboot incident's drain asks for
+    ``reboot``, so the fleet's history says what the node is taken out for); None: what ``purpose`` means."""
 
     purpose: str
     incident_id: str
+    action: Action | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import structlog
@@ -259,15 +260,15 @@ class AggregatorClient:
 
     def latest_drain(self, node: str) -> CentralDrain:
         """The node's most recent central drain; NotFound when none was ever ordered."""
-        return self._call("GET", f"/v1/nodes/{node}/drain", CentralDrain, retry=True)
+        return self._call("GET", f"/v1/nodes/{_segment(node)}/drain", CentralDrain, retry=True)
 
     def pending_requests(self, node: str) -> list[NodeRequest]:
         """Quarantine / release requests for this node that its agent has not applied yet."""
-        return self._call_list("GET", f"/v1/nodes/{node}/requests", NodeRequest)
+        return self._call_list("GET", f"/v1/nodes/{_segment(node)}/requests", NodeRequest)
 
     def acknowledge_request(self, node: str, request_id: int) -> list[NodeRequest]:
         """Tell the aggregator a request was applied; returns what is still pending."""
-        return self._call_list("POST", f"/v1/nodes/{node}/requests/{request_id}/ack", NodeRequest)
+        return self._call_list("POST", f"/v1/nodes/{_segment(node)}/requests/{request_id}/ack", NodeRequest)
 
     # --- on-call side -----------------------------------------------------------------------------------
 
@@ -282,7 +283,7 @@ class AggregatorClient:
 
     def node(self, name: str) -> NodeDetail:
         """One node's detail; raises NotFound for a node that never reported."""
-        return self._call("GET", f"/v1/nodes/{name}", NodeDetail, retry=True)
+        return self._call("GET", f"/v1/nodes/{_segment(name)}", NodeDetail, retry=True)
 
     def events(
         self, *, since: str | None = None, node: str | None = None, limit: int = 200, all_pages: bool = False
@@ -294,6 +295,19 @@ class AggregatorClient:
             return self._call_list("GET", "/v1/events", Event, params=params)
         pages = list(self._pages("/v1/events", Event, params))
         return [event for page in reversed(pages) for event in page]
+
+    def events_found(
+        self, *, since: str | None = None, node: str | None = None, limit: int = 200
+    ) -> tuple[list[Event], bool, int | None]:
+        """The newest ``limit`` events, oldest first, whether older ones exist (a next page), and how many
+        match in all when the aggregator says (``X-Total-Count``; None from one that does not)."""
+        params = _params(since=since, node=node, limit=limit)
+        answer = self._request("GET", "/v1/events", retry=True, params=params)
+        if not isinstance(answer.json, list):
+            raise ServerError("unexpected answer from the aggregator for /v1/events: not a list")
+        events = [_parse(Event, item, "/v1/events") for item in answer.json]
+        total = int(answer.total) if answer.total and answer.total.isdigit() else None
+        return events, _next_page(answer.link) is not None, total
 
     def incidents(
         self, *, node: str | None = None, open_only: bool = False, since: str | None = None
@@ -312,12 +326,14 @@ class AggregatorClient:
     def quarantine(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to quarantine it (a human's request; not retried)."""
         del requested_by
-        return self._call("POST", f"/v1/nodes/{node}/quarantine", NodeRequest, json={"reason": reason})
+        return self._call(
+            "POST", f"/v1/nodes/{_segment(node)}/quarantine", NodeRequest, json={"reason": reason}
+        )
 
     def release(self, node: str, *, reason: str, requested_by: str | None = None) -> NodeRequest:
         """Ask the node's agent to release it; lifts a manual or repeat-offender hold."""
         del requested_by
-        return self._call("POST", f"/v1/nodes/{node}/release", NodeRequest, json={"reason": reason})
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/release", NodeRequest, json={"reason": reason})
 
     def diag(
         self, node: str, *, level: int, force: bool, reason: str, requested_by: str | None = None
@@ -325,11 +341,11 @@ class AggregatorClient:
         """Ask the node's agent to run ``dcgmi diag -r LEVEL`` (a human's request; not retried)."""
         del requested_by
         body = {"level": level, "force": force, "reason": reason}
-        return self._call("POST", f"/v1/nodes/{node}/diag", NodeRequest, json=body)
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/diag", NodeRequest, json=body)
 
     def forget_node(self, node: str) -> NodeForgotten:
         """Forget a node (admin): it leaves the fleet, the budget and the breaker; its history stays."""
-        return self._call("DELETE", f"/v1/nodes/{node}", NodeForgotten)
+        return self._call("DELETE", f"/v1/nodes/{_segment(node)}", NodeForgotten)
 
     def audit(
         self, *, since: str | None = None, actor: str | None = None, limit: int = 200
@@ -358,9 +374,11 @@ class AggregatorClient:
         params = _params(failed="true" if failed else None, limit=limit)
         return self._call_list("GET", "/v1/alerts", AlertView, params=params)
 
-    def retry_delivery(self, delivery_id: int) -> Delivery:
-        """Send a dead-lettered alert delivery again now."""
-        return self._call("POST", f"/v1/alerts/deliveries/{delivery_id}/retry", Delivery)
+    def retry_delivery(self, delivery_id: int, *, force: bool = False) -> Delivery:
+        """Send a dead-lettered alert delivery again now; a delivered one only with ``force`` (else the
+        aggregator refuses: :class:`PermitLapsed`, its 409)."""
+        params = _params(force="true" if force else None)
+        return self._call("POST", f"/v1/alerts/deliveries/{delivery_id}/retry", Delivery, params=params)
 
     def silences(self, *, active_only: bool = True) -> list[Silence]:
         """Silences, newest first."""
@@ -442,7 +460,9 @@ class AggregatorClient:
             raise AggregatorUnreachable(f"cannot reach the aggregator at {self.base_url}: {exc}") from exc
         _raise_for_status(response, self.base_url)
         try:
-            return _Answer(response.json(), response.headers.get("link"))
+            return _Answer(
+                response.json(), response.headers.get("link"), response.headers.get("x-total-count")
+            )
         except ValueError as exc:
             raise ServerError(
                 f"aggregator at {self.base_url} answered {path} with something not JSON"
@@ -455,6 +475,7 @@ class _Answer:
 
     json: Any
     link: str | None
+    total: str | None = None
 
 
 def _tls_hint(exc: ssl.SSLError) -> str:
@@ -472,6 +493,13 @@ def _next_page(link: str | None) -> str | None:
         if 'rel="next"' in rest and target.startswith("<") and target.endswith(">"):
             return target[1:-1]
     return None
+
+
+def _segment(value: str) -> str:
+    """One path segment: percent-encoded whole, so a name with ``/`` or ``..`` cannot address another route
+    (a bare ``.`` or ``..`` would be resolved away as a dot segment: its dots are encoded too)."""
+    encoded = quote(value, safe="")
+    return encoded.replace(".", "%2E") if encoded in {".", ".."} else encoded
 
 
 def _params(**values: Any) -> dict[str, Any]:

@@ -413,9 +413,22 @@ def gpu_summaries(result: TickResult) -> list[GpuSummary]:
     for gpu in result.snapshot.gpus[:MAX_GPUS]:
         statuses = [finding.status for finding in result.verdict.findings if finding.gpu == gpu.uuid]
         summaries.append(
-            GpuSummary(uuid=gpu.uuid, index=gpu.index, name=gpu.name, status=worst_status(statuses))
+            GpuSummary(
+                uuid=gpu.uuid,
+                index=gpu.index,
+                name=gpu.name,
+                status=worst_status(statuses),
+                pci_bus_id=_fits(gpu.pci_bus_id),
+                serial=_fits(gpu.serial),
+            )
         )
     return summaries
+
+
+def _fits(text: str | None, limit: int = 64) -> str | None:
+    """An identity field the report can carry (an odd reading longer than the wire allows is left out,
+    rather than the aggregator refusing the whole report)."""
+    return text if text is not None and len(text) <= limit else None
 
 
 def build_report(

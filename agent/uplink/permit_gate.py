@@ -75,14 +75,16 @@ class PermitGate:
         """The permit held now, if any."""
         return self._held.permit if self._held is not None else None
 
-    def acquire(self, purpose: str, incident_id: str) -> Permit | None:
+    def acquire(self, purpose: str, incident_id: str, action: Action | None = None) -> Permit | None:
         """A permit for ``purpose`` during ``incident_id``, or None (the reason is logged; ask again later).
 
         Raises PermitPurposeError when ``purpose`` is not a remediation.
         """
-        action = PURPOSES.get(purpose)
-        if action is None:
+        meant = PURPOSES.get(purpose)
+        if meant is None:
             raise PermitPurposeError(f"no permit exists for {purpose!r}; expected one of {sorted(PURPOSES)}")
+        if action is None or not action.takes_node_out_of_service:
+            action = meant
         if self._client is None:
             self._log.info("permit_unavailable", reason="no aggregator configured", purpose=purpose)
             return None
@@ -179,7 +181,7 @@ def withhold_unpermitted(steps: Sequence[Step], gate: PermitGate | None) -> tupl
         if not isinstance(step, RequestPermit):
             allowed.append(step)
             continue
-        permit = gate.acquire(step.purpose, step.incident_id) if gate is not None else None
+        permit = gate.acquire(step.purpose, step.incident_id, step.action) if gate is not None else None
         if permit is None:
             withheld = len(steps) - position - 1
             return allowed, [f"no permit for {step.purpose} ({step.incident_id}): withheld {withheld} steps"]

@@ -31,6 +31,10 @@ class DeliveryNotFound(LookupError):
     """No delivery has this id."""
 
 
+class AlreadyDelivered(ValueError):
+    """A retry of a delivery that was delivered, without ``force``: the receiver has it already."""
+
+
 def sinks_for(alert: Alert, settings: AggregatorSettings) -> list[str]:
     """The sinks whose routes match ``alert`` (every sink when no route is configured)."""
     if not settings.alert_routes:
@@ -164,12 +168,16 @@ def mark_failed(conn: Connection, delivery_id: int, *, error: str, retry_at: dat
     conn.execute(update(alert_deliveries).where(alert_deliveries.c.id == delivery_id).values(**values))
 
 
-def retry(conn: Connection, delivery_id: int, now: datetime) -> Delivery:
-    """A human asks to send a dead-lettered (or pending) delivery again now, with a fresh attempt count."""
+def retry(conn: Connection, delivery_id: int, now: datetime, *, force: bool = False) -> Delivery:
+    """A human asks to send a dead-lettered (or pending) delivery again now, with a fresh attempt count; a
+    delivered one only with ``force`` (else :class:`AlreadyDelivered`), since its receiver has it already."""
     row = conn.execute(select(alert_deliveries).where(alert_deliveries.c.id == delivery_id)).first()
     if row is None:
         raise DeliveryNotFound(f"no alert delivery {delivery_id}")
-    if row.status != "delivered":
+    if row.status == "delivered" and not force:
+        when = f" at {row.delivered_at:%Y-%m-%d %H:%M:%S}Z" if row.delivered_at else ""
+        raise AlreadyDelivered(f"delivery {delivery_id} to {row.sink} was delivered{when}")
+    if row.status != "delivered" or force:
         conn.execute(
             update(alert_deliveries)
             .where(alert_deliveries.c.id == delivery_id)

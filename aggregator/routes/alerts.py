@@ -13,6 +13,9 @@ from aggregator.routes.context import ERRORS, AppContext, IdPath
 from core.alerts_api import AlertView, Delivery
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such object."}}
+ALREADY_DELIVERED: dict[int | str, dict[str, Any]] = {
+    409: {"description": "Delivered already: force=true sends it again."}
+}
 
 
 def router(ctx: AppContext) -> APIRouter:
@@ -32,15 +35,26 @@ def router(ctx: AppContext) -> APIRouter:
         with ctx.db.read() as conn:
             return outbox.list_alerts(conn, failed_only=failed, limit=limit)
 
-    @routes.post("/v1/alerts/deliveries/{delivery_id}/retry", response_model=Delivery, responses=NOT_FOUND)
-    def retry_delivery(delivery_id: IdPath, caller: Caller = operator_retries) -> Delivery:
-        """Send a dead-lettered delivery again now, with a fresh attempt count (operator)."""
+    @routes.post(
+        "/v1/alerts/deliveries/{delivery_id}/retry",
+        response_model=Delivery,
+        responses=NOT_FOUND | ALREADY_DELIVERED,
+    )
+    def retry_delivery(
+        delivery_id: IdPath,
+        caller: Caller = operator_retries,
+        force: Annotated[bool, Query(description="Send it again even though it was delivered.")] = False,
+    ) -> Delivery:
+        """Send a dead-lettered delivery again now, with a fresh attempt count (operator); a delivered one
+        is refused (409) unless ``force=true``."""
         try:
             with ctx.db.write() as conn:
-                delivery = outbox.retry(conn, delivery_id, ctx.now())
-                ctx.audit(conn, caller, "alert_retry", str(delivery_id))
+                delivery = outbox.retry(conn, delivery_id, ctx.now(), force=force)
+                ctx.audit(conn, caller, "alert_retry", str(delivery_id), {"force": force} if force else None)
                 return delivery
         except outbox.DeliveryNotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+        except outbox.AlreadyDelivered as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
 
     return routes

@@ -57,11 +57,16 @@ def router(ctx: AppContext) -> APIRouter:
     ) -> list[Event]:
         """History (state changes, findings, actions, permits, breaker, requests): the newest ``limit``
         events, oldest first; when there are older ones, the ``Link`` header (``rel="next"``) names the page
-        before them."""
+        before them, and the first page's ``X-Total-Count`` says how many match in all (a repeated line
+        is one event with a count)."""
         when = ctx.since(since)
         before = event_position(continue_token)
         with ctx.db.read() as conn:
             page = queries.event_list(conn, node=node, since=when, limit=limit, before=before)
+            if before is None:
+                full = len(page) == limit
+                total = queries.event_count(conn, node=node, since=when) if full else len(page)
+                response.headers["X-Total-Count"] = str(total)
         oldest = [page[0].at.isoformat(), page[0].id] if len(page) == limit else None
         announce_next(request, response, oldest)
         return page

@@ -8,9 +8,17 @@ const POLL_MS = Number(new URLSearchParams(location.search).get("interval") || 3
 const STATES = ["healthy", "degraded", "unhealthy", "unknown", "quarantined", "testing", "stale"];
 const OPERATOR_ROLES = new Set(["operator", "admin"]);
 const EXPANDED_INCIDENTS = 10; // timelines fetched for the newest open incidents only
+const ZONE_KEY = "gpuhealth-times"; // "utc" (the default) or "local", chosen in the header
+const GROUP_ABOVE = 64; // more nodes than this: the grid is grouped (by pool, else zone, else name range)
+const OPEN_GROUPS_UP_TO = 200; // a fleet this small opens every group; a larger one only those with trouble
+const RANGE = 100; // nodes per group when they carry no pool or zone
+const CLUSTER_MS = 5000; // one transition's lines: within this of the first (aggregator/timeline.py)
+const MARKS = new Set(["condition", "label", "annotate", "event", "taint", "device-taint", "cordon"]);
+const UNMARKS = new Set(["untaint", "device-untaint", "uncordon"]);
 
 const $ = (id) => document.getElementById(id);
-const state = { role: null, who: null, grid: new Map(), timer: null, filters: { state: "", pool: "", zone: "", name: "" } };
+const state = { role: null, who: null, grid: new Map(), groups: new Map(), suffix: "", timer: null,
+                filters: { state: "", pool: "", zone: "", name: "" } };
 window.gpuhealth = { lastRefreshMs: null, refreshes: 0 }; // read by the browser tests and benchmarks
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
@@ -52,14 +60,28 @@ function findingStatus(finding) {
   return finding.status === "unknown" && finding.since ? `unknown for ${age(finding.since)}` : finding.status;
 }
 
-function when(iso) {
-  if (!iso) return "";
+function localTimes() { return sessionStorage.getItem(ZONE_KEY) === "local"; }
+
+// A time to the second, in one zone everywhere on the page: UTC ("18:24:43Z"), or this browser's on request.
+function clock(iso) {
+  const moment = new Date(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  if (localTimes()) {
+    const day = `${pad(moment.getMonth() + 1)}-${pad(moment.getDate())}`;
+    return `${day} ${pad(moment.getHours())}:${pad(moment.getMinutes())}:${pad(moment.getSeconds())}`;
+  }
+  return moment.toISOString().slice(5, 19).replace("T", " ") + "Z";
+}
+
+function ago(iso) {
   const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
   if (seconds < 90) return `${Math.round(seconds)} s ago`;
   if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
   if (seconds < 172800) return `${Math.round(seconds / 3600)} h ago`;
-  return new Date(iso).toISOString().replace("T", " ").slice(0, 16) + " UTC";
+  return `${Math.round(seconds / 86400)} d ago`;
 }
+
+function when(iso) { return iso ? `${clock(iso)} (${ago(iso)})` : ""; }
 
 // --- sign-in and the caller's role ---------------------------------------------------------------------
 
@@ -112,26 +134,110 @@ function renderSummary(fleet) {
   $("budget").textContent = `Remediation budget: ${budget.in_use} of ${budget.limit} in use`;
 }
 
-function nodeSignature(node) { return `${node.state}|${node.gpus}|${node.zone}|${node.pool}`; }
+function nodeSignature(node) { return `${node.state}|${node.gpus}|${node.zone}|${node.pool}|${state.suffix}`; }
+
+// The end every node name shares from a dot on (".us-west-2.compute.internal"): said once above the grid,
+// so that each tile shows the part that tells the nodes apart, whole — wrapped if long, never cut.
+function commonSuffix(names) {
+  if (names.length < 2) return "";
+  let suffix = names[0];
+  for (const name of names) {
+    while (suffix && !name.endsWith(suffix)) suffix = suffix.slice(1);
+  }
+  const dot = suffix.indexOf(".");
+  suffix = dot < 0 ? "" : suffix.slice(dot);
+  return names.every((name) => name.length > suffix.length) ? suffix : "";
+}
+
+function shortName(name) { return state.suffix ? name.slice(0, name.length - state.suffix.length) : name; }
+
+// Groups make a large fleet readable: by pool, else by zone, else by ranges of names; only groups with a
+// node in trouble open by themselves.
+function groupOf(node, keyed, ranges) {
+  if (keyed === "pool" || keyed === "zone") return `${keyed} ${node[keyed] || "(none)"}`;
+  return ranges.get(node.name);
+}
+
+function groupsFor(nodes) {
+  if (nodes.length <= GROUP_ABOVE) return { keyed: null, ranges: null };
+  const keyed = nodes.some((node) => node.pool) ? "pool" : nodes.some((node) => node.zone) ? "zone" : "range";
+  const ranges = new Map();
+  if (keyed === "range") {
+    const names = nodes.map((node) => node.name).sort();
+    for (let first = 0; first < names.length; first += RANGE) {
+      const chunk = names.slice(first, first + RANGE);
+      const label = `${shortName(chunk[0])} … ${shortName(chunk[chunk.length - 1])}`;
+      for (const name of chunk) ranges.set(name, label);
+    }
+  }
+  return { keyed, ranges };
+}
+
+function groupBox(label) {
+  let group = state.groups.get(label);
+  if (!group) {
+    const summary = el("summary", {});
+    const tiles = el("div", { class: "grid" });
+    const box = el("details", { class: "group", "data-group": label }, summary, tiles);
+    box.addEventListener("toggle", () => { group.chosen = true; });
+    group = { box, summary, tiles, chosen: false };
+    state.groups.set(label, group);
+  }
+  return group;
+}
 
 function renderGrid(nodes) {
   const grid = $("grid");
+  const suffix = commonSuffix(nodes.map((node) => node.name));
+  if (suffix !== state.suffix) { state.suffix = suffix; }
+  $("grid-suffix").textContent = suffix ? `every name ends in ${suffix}` : "";
   const seen = new Set();
   for (const node of nodes) {
     seen.add(node.name);
     const known = state.grid.get(node.name);
-    if (known && known.signature === nodeSignature(node)) continue;
+    if (known && known.signature === nodeSignature(node)) { known.node = node; continue; }
     const tile = el("a", { class: `node s-${node.state}`, href: `#/node/${encodeURIComponent(node.name)}`, "data-node": node.name,
                            "data-state": node.state, "data-zone": node.zone || "", "data-pool": node.pool || "",
                            title: `${node.name}: ${node.state}${node.incident_id ? ", " + node.incident_id : ""}` },
-                    el("span", { class: "n", text: node.name }));
-    for (const letter of node.gpus) tile.append(el("i", { class: `g ${letter}` }));
-    if (known) known.tile.replaceWith(tile); else grid.append(tile);
+                    el("span", { class: "n", text: shortName(node.name) }));
+    const bars = el("span", { class: "bars" });
+    for (const letter of node.gpus) bars.append(el("i", { class: `g ${letter}` }));
+    tile.append(bars);
+    if (known) known.tile.replaceWith(tile);
     state.grid.set(node.name, { tile, signature: nodeSignature(node), node });
   }
   for (const [name, known] of state.grid) {
     if (!seen.has(name)) { known.tile.remove(); state.grid.delete(name); }
   }
+  const { keyed, ranges } = groupsFor(nodes);
+  const ordered = [...nodes].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  if (!keyed) {
+    grid.replaceChildren(...ordered.map((node) => state.grid.get(node.name).tile));
+    state.groups.clear();
+  } else {
+    const members = new Map();
+    for (const node of ordered) {
+      const label = groupOf(node, keyed, ranges);
+      if (!members.has(label)) members.set(label, []);
+      members.get(label).push(node);
+    }
+    const boxes = [];
+    for (const [label, group] of [...members].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+      const box = groupBox(label);
+      const trouble = group.filter((node) => node.state !== "healthy");
+      const counts = {};
+      for (const node of trouble) counts[node.state] = (counts[node.state] || 0) + 1;
+      box.summary.textContent = `${label}: ${group.length} nodes` +
+        (trouble.length ? ` — ${Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ")}` : ", all healthy");
+      box.box.dataset.trouble = String(trouble.length);
+      if (!box.chosen) box.box.open = trouble.length > 0 || nodes.length <= OPEN_GROUPS_UP_TO;
+      box.tiles.replaceChildren(...group.map((node) => state.grid.get(node.name).tile));
+      boxes.push(box.box);
+    }
+    for (const label of [...state.groups.keys()]) if (!members.has(label)) state.groups.delete(label);
+    grid.replaceChildren(...boxes);
+  }
+  grid.classList.toggle("grouped", Boolean(keyed));
   refreshFilterChoices(nodes);
   applyFilters();
 }
@@ -164,11 +270,51 @@ for (const [key, id, event] of [["state", "filter-state", "change"], ["pool", "f
 }
 $("filter-state").append(...STATES.map((name) => el("option", { value: name, text: name })));
 
+// One transition's node writes as one line ("marked: condition, label, taint, event"), as the CLI shows them;
+// the API keeps every line, in the order of cause.
+function groupedTimeline(events) {
+  const rows = [];
+  let writes = null;
+  for (const event of events) {
+    const action = event.details && event.details.action;
+    const isWrite = event.kind === "action" && event.details.result === "ok" && (MARKS.has(action) || UNMARKS.has(action));
+    if (isWrite && writes && Date.parse(event.at) - Date.parse(writes.at) <= CLUSTER_MS) {
+      if (!writes.details.actions.includes(action)) writes.details.actions.push(action);
+      writes.release = writes.release || UNMARKS.has(action);
+      writes.count = Math.max(writes.count, event.count || 1);
+      continue;
+    }
+    if (isWrite) {
+      writes = { ...event, kind: "node_writes", details: { actions: [action] }, release: UNMARKS.has(action), count: event.count || 1 };
+      rows.push(writes);
+      continue;
+    }
+    writes = null;
+    rows.push(event);
+  }
+  for (const row of rows) {
+    if (row.kind === "node_writes") {
+      row.message = row.details.actions.length > 1
+        ? `${row.release ? "released" : "marked"}: ${row.details.actions.join(", ")}`
+        : `${row.details.actions[0]} ok`;
+      if (row.details.actions.length === 1) row.kind = "action";
+    }
+  }
+  return rows;
+}
+
 function timelineList(events) {
-  return el("ol", { class: "timeline" }, ...events.map((event) => el("li", { "data-kind": event.kind },
-    el("time", { datetime: event.at, title: event.at, text: when(event.at) }),
+  return el("ol", { class: "timeline" }, ...groupedTimeline(events).map((event) => el("li", { "data-kind": event.kind },
+    el("time", { datetime: event.at, title: event.at, text: clock(event.at) }),
     el("span", { text: `${event.kind}: ${event.message}` }),
+    event.count > 1 && event.last_at
+      ? el("span", { class: "repeat", text: ` (x${event.count}, ${clock(event.at)} to ${clock(event.last_at)})` }) : "",
     event.details && event.details.by ? el("span", { class: "by", text: ` (${event.details.by})` }) : "")));
+}
+
+function gpuText(gpu) {
+  return [gpu.index === null || gpu.index === undefined ? "GPU" : `GPU ${gpu.index}`, gpu.name,
+          gpu.serial ? `SN ${gpu.serial}` : null, gpu.pci_bus_id, gpu.uuid].filter(Boolean).join(" ");
 }
 
 async function renderIncidents() {
@@ -181,6 +327,7 @@ async function renderIncidents() {
     return el("div", { class: "incident", "data-incident": incident.id, "data-node": incident.node },
       el("div", {}, el("a", { href: `#/node/${encodeURIComponent(incident.node)}`, text: incident.node }),
         el("span", { text: ` ${incident.action}: ${incident.reasons.join(", ")} (since ${when(incident.started_at)})` })),
+      ...(incident.gpus || []).map((gpu) => el("div", { class: "incident-gpu", text: gpuText(gpu) })),
       detail ? timelineList(detail.timeline) : el("span", { class: "hint", text: "timeline on the node's page" }));
   }));
 }
@@ -192,7 +339,7 @@ async function renderAlerts() {
     el("td", { text: alert.summary }))));
   $("silences").replaceChildren(...silences.map((silence) => el("tr", {},
     el("td", { text: silence.node || JSON.stringify(silence.selector) }), el("td", { text: silence.reason }),
-    el("td", { text: `ends ${new Date(silence.ends_at).toISOString().slice(0, 16)} UTC` }), el("td", { text: silence.created_by }))));
+    el("td", { text: `ends ${clock(silence.ends_at)}` }), el("td", { text: silence.created_by }))));
 }
 
 async function refreshFleet() {
@@ -201,7 +348,7 @@ async function refreshFleet() {
   renderSummary(fleet);
   renderGrid(grid);
   await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined)]);
-  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  $("updated").textContent = `updated ${clock(new Date().toISOString())}`;
   window.gpuhealth.lastRefreshMs = performance.now() - started;
   window.gpuhealth.refreshes += 1;
 }
@@ -210,16 +357,30 @@ async function refreshFleet() {
 
 async function refreshNode(name) {
   const node = await api(`/v1/nodes/${encodeURIComponent(name)}`);
-  $("node-title").textContent = `${node.name}: ${node.state}`;
+  const incident = node.incident && node.incident.open ? node.incident : null;
+  const action = incident ? incident.action : node.action;
+  $("node-title").textContent = `${node.name}: ${node.state}, action ${action}`;
   $("node-title").dataset.state = node.state;
-  $("node-gpus").replaceChildren(el("tr", {}, el("th", { text: "#" }), el("th", { text: "GPU" }), el("th", { text: "status" })),
-    ...node.gpus.map((gpu) => el("tr", { "data-gpu": gpu.uuid, "data-status": gpu.status },
-      el("td", { text: String(gpu.index) }), el("td", { text: `${gpu.name || ""} ${gpu.uuid}` }), el("td", { text: gpu.in_incident ? `${gpu.status}, in the open incident` : gpu.status }))));
-  $("node-findings").replaceChildren(...node.findings.map((finding) => el("tr", { "data-code": finding.code },
-    el("td", { text: findingStatus(finding) }), el("td", { text: finding.code }), el("td", { text: finding.message }))));
-  $("node-incident").textContent = node.incident
-    ? `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`
-    : "none";
+  const inIncident = new Set(incident ? incident.gpus.map((gpu) => gpu.uuid) : []);
+  $("node-gpus").replaceChildren(el("tr", {}, ...["#", "model", "serial", "PCI", "UUID", "status"].map((text) => el("th", { text }))),
+    ...node.gpus.map((gpu) => el("tr", { "data-gpu": gpu.uuid, "data-status": gpu.status, class: inIncident.has(gpu.uuid) ? "in-incident" : null },
+      el("td", { text: String(gpu.index) }), el("td", { text: gpu.name || "" }), el("td", { text: gpu.serial || "" }),
+      el("td", { text: gpu.pci_bus_id || "" }), el("td", { text: gpu.uuid }),
+      el("td", { text: inIncident.has(gpu.uuid) ? `${gpu.status}, in the open incident` : gpu.status }))));
+  const index = new Map(node.gpus.map((gpu) => [gpu.uuid, gpu.index]));
+  $("node-findings").replaceChildren(...(node.findings.length ? node.findings.map((finding) => el("tr", { "data-code": finding.code },
+    el("td", { text: finding.gpu ? `GPU ${index.has(finding.gpu) ? index.get(finding.gpu) : finding.gpu}` : "node" }),
+    el("td", { text: findingStatus(finding) }), el("td", { text: finding.code }), el("td", { text: finding.message })))
+    : [el("tr", {}, el("td", { class: "hint", text: incident ? "none now; the incident stays open until the node is validated and released" : "none" }))]));
+  if (node.incident) {
+    const head = `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`;
+    $("node-incident").replaceChildren(el("div", { text: head }),
+      ...node.incident.gpus.map((gpu) => el("div", { class: "incident-gpu", "data-gpu": gpu.uuid, text: gpuText(gpu) })),
+      ...node.incident.opened_by.map((finding) => el("div", { class: "opened-by",
+        text: `opened by ${finding.code} on ${finding.gpu ? `GPU ${index.has(finding.gpu) ? index.get(finding.gpu) : finding.gpu}` : "the node"}: ${finding.message} (${finding.action})` })));
+  } else {
+    $("node-incident").textContent = "none";
+  }
   $("node-timeline").replaceChildren(...timelineList(node.timeline).children);
   renderNodeActions(node);
   window.gpuhealth.refreshes += 1;
@@ -299,4 +460,6 @@ async function start() {
 }
 
 window.addEventListener("hashchange", () => { show(); tick(); });
+$("times").value = localTimes() ? "local" : "utc";
+$("times").addEventListener("change", () => { sessionStorage.setItem(ZONE_KEY, $("times").value); tick(); });
 start();

@@ -60,7 +60,7 @@ def run_aggregator(args: argparse.Namespace) -> int:
         if args.migrate_only:
             _migrate_only(settings)
         else:
-            serve(settings)
+            serve(settings, announce=lambda line: print(line, flush=True))
     except (SettingsError, StoreError) as exc:
         raise CliError(str(exc), EXIT_CONFIG) from exc
     return 0

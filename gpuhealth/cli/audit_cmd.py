@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from gpuhealth.cli.fleet_cmd import _client, _common_options, _console, _print_json, _table, _when
+from gpuhealth.cli.guard import confirm, node_name
 from gpuhealth.cli.safe_text import terminal_safe_model
 
 if TYPE_CHECKING:
+    from agent.uplink.client import AggregatorClient
     from core.aggregator_api import AuditEntry
 
 
@@ -33,7 +35,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parents=[_common_options()],
         help="forget a node (admin): it leaves the fleet, the budget and the breaker; its history stays",
     )
-    forget.add_argument("name", metavar="NODE")
+    forget.add_argument("name", metavar="NODE", type=node_name)
+    forget.add_argument(
+        "--yes", action="store_true", help="do not ask, even while its agent reports or it is draining"
+    )
     forget.set_defaults(handler=run_forget)
 
 
@@ -51,6 +56,10 @@ def run_audit(args: argparse.Namespace) -> int:
 def run_forget(args: argparse.Namespace) -> int:
     """``gpuhealth forget NODE``."""
     with _client(args) as client:
+        if not args.yes:
+            warning = _forget_warning(client, args.name)
+            if warning:
+                confirm(warning, yes=False)
         removed = client.forget_node(args.name)
     if args.json:
         _print_json(removed)
@@ -60,6 +69,32 @@ def run_forget(args: argparse.Namespace) -> int:
             f"{removed.requests} requests removed; its history stays)\n"
         )
     return 0
+
+
+def _forget_warning(client: AggregatorClient, name: str) -> str | None:
+    """Why forgetting the node now would be a mistake: its agent still reports, or it is being drained."""
+    from agent.uplink.client import NotFound
+    from core.aggregator_api import OPEN_DRAIN_PHASES, STALE
+
+    try:
+        detail = client.node(name)
+    except NotFound:
+        return None  # the aggregator answers for an unknown node itself
+    reasons = []
+    if detail.state != STALE:
+        reasons.append(
+            f"its agent still reports (last {detail.last_report_at:%Y-%m-%d %H:%M:%S}Z) and will "
+            "add it back with its next report"
+        )
+    try:
+        drain = client.latest_drain(name)
+    except NotFound:
+        drain = None
+    if drain is not None and drain.phase in OPEN_DRAIN_PHASES:
+        reasons.append(f"it is mid-drain (permit {drain.permit_id}, {drain.phase})")
+    if not reasons:
+        return None
+    return f"forgetting {name} removes its incidents, permits and requests, but " + "; and ".join(reasons)
 
 
 def print_audit(entries: list[AuditEntry], now: datetime) -> None:

@@ -188,8 +188,16 @@ def _with_kernel_log(snapshot: NodeSnapshot, path: str) -> NodeSnapshot:
         read_fabric_lines,
         read_kernel_log,
     )
+    from gpuhealth.cli.log_lines import recognised_lines
 
     try:
+        if recognised_lines(path) == 0:
+            # No XID in a file that is no kernel log at all is not an all-clear.
+            raise CliError(
+                f"{path}: 0 lines recognised as a kernel log (dmesg, journalctl, syslog, /dev/kmsg or "
+                "journald JSON): nothing judged",
+                EXIT_UNKNOWN,
+            )
         events = read_kernel_log(path)
         sxids, links = read_fabric_lines(path)
     except KernelLogError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from gpuhealth.cli.fleet_cmd import _client, _common_options, _print_json
+from gpuhealth.cli.guard import node_name
 
 LEVELS = (1, 2, 3, 4)
 
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     diag = subparsers.add_parser(
         "diag", parents=[_common_options()], help="ask a node's agent to run dcgmi diag (deep diagnostics)"
     )
-    diag.add_argument("name", metavar="NODE")
+    diag.add_argument("name", metavar="NODE", type=node_name)
     diag.add_argument(
         "--level",
         type=int,

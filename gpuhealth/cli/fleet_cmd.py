@@ -27,6 +27,7 @@ from rich.text import Text
 
 from gpuhealth.cli.common import load_yaml_mapping
 from gpuhealth.cli.errors import CliError
+from gpuhealth.cli.guard import confirm, node_name
 from gpuhealth.cli.render import status_text
 from gpuhealth.cli.safe_text import terminal_safe_model
 
@@ -35,7 +36,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agent.uplink.client import AggregatorClient
-    from core.aggregator_api import BreakerStatus, Event, FleetSummary, NodeDetail, NodeRequest
+    from core.aggregator_api import (
+        BreakerStatus,
+        Event,
+        FleetSummary,
+        IncidentSummary,
+        NodeDetail,
+        NodeRequest,
+    )
     from core.alerts_api import AlertView, Silence
 
 EXIT_FAILURE = 1
@@ -59,12 +67,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     node = subparsers.add_parser(
         "node", parents=[common], help="one node: GPUs, incident, findings, timeline"
     )
-    node.add_argument("name", metavar="NODE")
+    node.add_argument("name", metavar="NODE", type=node_name)
     node.set_defaults(handler=run_node)
 
     events = subparsers.add_parser("events", parents=[common], help="incident and action history")
     events.add_argument("--since", default="1h", help="how far back: 30m, 1h, 2d or an ISO time (default 1h)")
-    events.add_argument("--node", help="only this node")
+    events.add_argument("--node", type=node_name, help="only this node")
     events.add_argument("--limit", type=int, default=200, help="at most this many events (default 200)")
     events.add_argument(
         "--all", action="store_true", help="every event since --since, page after page (--limit per page)"
@@ -74,14 +82,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     quarantine = subparsers.add_parser(
         "quarantine", parents=[common], help="ask a node's agent to quarantine it"
     )
-    quarantine.add_argument("name", metavar="NODE")
+    quarantine.add_argument("name", metavar="NODE", type=node_name)
     quarantine.add_argument("--reason", required=True, help="why (recorded in the history)")
     quarantine.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     quarantine.set_defaults(handler=run_quarantine)
 
     release = subparsers.add_parser("release", parents=[common], help="ask a node's agent to release it")
-    release.add_argument("name", metavar="NODE")
+    release.add_argument("name", metavar="NODE", type=node_name)
     release.add_argument("--reason", default="released by a human", help="why (recorded in the history)")
+    release.add_argument(
+        "--yes", action="store_true", help="do not ask, even for a node whose incident was not remediated"
+    )
     release.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     release.set_defaults(handler=run_release)
 
@@ -99,21 +110,29 @@ def _register_alert_commands(
     alerts = subparsers.add_parser("alerts", parents=[common], help="alerts and their deliveries")
     alerts.add_argument("--failed", action="store_true", help="only alerts dead-lettered at some sink")
     alerts.add_argument("--retry", type=int, metavar="ID", help="send this dead-lettered delivery again")
+    alerts.add_argument(
+        "--force", action="store_true", help="with --retry: send it again even though it was delivered"
+    )
     alerts.add_argument("--limit", type=int, default=50, help="at most this many alerts (default 50)")
     alerts.set_defaults(handler=run_alerts)
 
     silence = subparsers.add_parser(
         "silence", parents=[common], help="mute alerts about a node or a label selector for a while"
     )
-    silence.add_argument("name", metavar="NODE", nargs="?", help="the node to silence")
+    silence.add_argument("name", metavar="NODE", nargs="?", type=node_name, help="the node to silence")
     silence.add_argument(
         "--selector", action="append", default=[], metavar="KEY=VALUE", help="node label (repeatable)"
     )
-    silence.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d")
-    silence.add_argument("--reason", help="why (shown with the silence)")
+    silence.add_argument(
+        "--for", dest="duration", metavar="DURATION", help="how long: 30m, 2h, 1d (required to silence)"
+    )
+    silence.add_argument("--reason", help="why, shown with the silence (required to silence)")
     silence.add_argument("--by", help=argparse.SUPPRESS)  # ignored: the aggregator records who you are
     silence.add_argument("--list", action="store_true", help="list the active silences")
     silence.add_argument("--remove", type=int, metavar="ID", help="end this silence now")
+    silence.add_argument(
+        "--force", action="store_true", help="silence a node even though it never reported (a name to come)"
+    )
     silence.set_defaults(handler=run_silence)
 
 
@@ -153,13 +172,11 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
     """Flag, then environment, then config file, then the default URL."""
     env = dict(os.environ) if environ is None else environ
     config_path = args.config or env.get(CONFIG_ENV)
-    section: dict[str, Any] = {}
-    if config_path:
-        client = load_yaml_mapping(config_path, exit_code=EXIT_FAILURE).get("client") or {}
-        if not isinstance(client, dict):
-            raise CliError(f"{config_path}: the 'client' section must be a mapping", EXIT_FAILURE)
-        section = client
-    url = args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL
+    section: dict[str, Any] = _client_section(config_path) if config_path else {}
+    url = str(args.url or env.get(URL_ENV) or section.get("aggregator_url") or DEFAULT_URL)
+    _check_url(
+        url, "--url" if args.url else URL_ENV if env.get(URL_ENV) else f"{config_path}: aggregator_url"
+    )
     token = args.token or env.get(TOKEN_ENV) or section.get("token") or _token_file(section.get("token_file"))
     ca_file, cert, key = (
         getattr(args, flag, None) or env.get(variable) or section.get(key)
@@ -176,6 +193,62 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
         client_cert=Path(str(cert)) if cert else None,
         client_key=Path(str(key)) if key else None,
     )
+
+
+def _check_url(url: str, source: str) -> None:
+    """A URL the client can use: http or https, a host, a port that is a number (one line otherwise)."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in range
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in {"http", "https"}:
+            problem = "it must begin with http:// or https://"
+        elif not parts.hostname:
+            problem = "it names no host"
+        elif port == 0:
+            problem = "port 0"
+    if problem:
+        raise CliError(f"{source}: {url!r} is not an aggregator URL ({problem})", 2)
+
+
+CLIENT_KEYS = ("aggregator_url", "token", "token_file", "ca_file", "client_cert_file", "client_key_file")
+OTHER_SECTIONS = ("aggregator", "checks")
+"""Sections of a shared file that other parts read (``gpuhealth aggregator``, ``gpuhealth check``)."""
+
+
+def _client_section(config_path: str) -> dict[str, Any]:
+    """The file's ``client:`` section; an unknown key in it, or an unknown section, is one line (a typo
+    would otherwise leave the default URL or no token, and a misleading error about those)."""
+    data = load_yaml_mapping(config_path, exit_code=EXIT_FAILURE)
+    known_sections = {"client", *OTHER_SECTIONS, *_agent_keys()}
+    unknown = sorted(str(key) for key in data if key not in known_sections)
+    if unknown:
+        raise CliError(
+            f"{config_path}: unknown section {unknown[0]!r} (the on-call commands read 'client'; "
+            f"known: {', '.join(['client', *OTHER_SECTIONS])} and the agent's keys)",
+            EXIT_FAILURE,
+        )
+    client = data.get("client") or {}
+    if not isinstance(client, dict):
+        raise CliError(f"{config_path}: the 'client' section must be a mapping", EXIT_FAILURE)
+    unknown = sorted(str(key) for key in client if key not in CLIENT_KEYS)
+    if unknown:
+        raise CliError(
+            f"{config_path}: unknown key client.{unknown[0]} (known: {', '.join(CLIENT_KEYS)})", EXIT_FAILURE
+        )
+    return client
+
+
+def _agent_keys() -> frozenset[str]:
+    """The agent's top-level keys: a node's one file may hold its agent's settings and a client section."""
+    from agent.settings import AgentSettings
+
+    return frozenset(AgentSettings.model_fields)
 
 
 def _token_file(path: object) -> str | None:
@@ -215,18 +288,26 @@ def _print_json(value: BaseModel | list[Any]) -> None:
 def run_status(args: argparse.Namespace) -> int:
     """``gpuhealth status`` (with the active silences)."""
     from agent.uplink.client import NotFound
+    from gpuhealth.cli.incident_views import open_incidents, print_open_incidents
 
     with _client(args) as client:
         summary = client.summary()
+        incidents, done = open_incidents(client) if summary.open_incidents else ([], {})
         try:
             silences = client.silences()
         except NotFound:  # an aggregator from before alerts: no silences to show
             silences = []
     if args.json:
-        data = summary.model_dump(mode="json") | {"silences": [s.model_dump(mode="json") for s in silences]}
+        data = summary.model_dump(mode="json") | {
+            "incidents": [
+                incident.model_dump(mode="json") | {"done": done.get(incident.id)} for incident in incidents
+            ],
+            "silences": [s.model_dump(mode="json") for s in silences],
+        }
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         print_summary(terminal_safe_model(summary), _now())
+        print_open_incidents(terminal_safe_model(incidents), terminal_safe_model(done), _now())
         print_silences(terminal_safe_model(silences), _now(), headline=False)
     return 0
 
@@ -235,7 +316,12 @@ def run_alerts(args: argparse.Namespace) -> int:
     """``gpuhealth alerts [--failed] [--retry ID]``."""
     with _client(args) as client:
         if args.retry is not None:
-            delivery = client.retry_delivery(args.retry)
+            from agent.uplink.client import PermitLapsed  # the aggregator's 409: delivered already
+
+            try:
+                delivery = client.retry_delivery(args.retry, force=args.force)
+            except PermitLapsed as exc:
+                raise CliError(f"{exc}: not sent again (--force sends it anyway)", 2) from exc
             if args.json:
                 _print_json(delivery)
             else:
@@ -272,12 +358,30 @@ def run_silence(args: argparse.Namespace) -> int:
         return 0
     body = _silence_body(args)
     with _client(args) as client:
+        if args.name and not args.force:
+            _refuse_unknown_node(client, args.name)
         silence = client.silence(body)
     if args.json:
         _print_json(silence)
     else:
-        print(f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M}Z")
+        print(
+            f"silence {silence.id} on {_silence_target(silence)} until {silence.ends_at:%Y-%m-%d %H:%M:%S}Z"
+        )
     return 0
+
+
+def _refuse_unknown_node(client: AggregatorClient, name: str) -> None:
+    """A silence of a name that never reported is most often a typo, which would mute nothing."""
+    from agent.uplink.client import NotFound
+
+    try:
+        client.node(name)
+    except NotFound:
+        raise CliError(
+            f"node {name} never reported, so a silence of it would mute nothing now; check the name, or "
+            "add --force to silence a node that is still to come",
+            2,
+        ) from None
 
 
 def _silence_body(args: argparse.Namespace) -> Any:
@@ -327,13 +431,26 @@ def run_events(args: argparse.Namespace) -> int:
         parse_since(args.since, _now())
     except TimeSpecError as exc:
         raise CliError(f"--since: {exc}", 2) from exc
+    more, total = False, None
     with _client(args) as client:
-        events = client.events(since=args.since, node=args.node, limit=args.limit, all_pages=args.all)
+        if args.all:
+            events = client.events(since=args.since, node=args.node, limit=args.limit, all_pages=True)
+        else:
+            events, more, total = client.events_found(since=args.since, node=args.node, limit=args.limit)
     if args.json:
         _print_json(events)
     else:
         print_events(terminal_safe_model(events), _now())
+    if more:
+        # On stderr, so that --json stays one JSON document; a person sees it under the table either way.
+        print(_fewer_than_found(len(events), total, args.since), file=sys.stderr)
     return 0
+
+
+def _fewer_than_found(shown: int, total: int | None, since: str) -> str:
+    """The line that says a list is not all there is: "200 of 254 events since 1h (the newest); ..."."""
+    found = f"{shown} of {total}" if total is not None else f"the newest {shown} of more"
+    return f"{found} events since {since} shown (the newest); --all for the rest"
 
 
 def run_quarantine(args: argparse.Namespace) -> int:
@@ -343,11 +460,47 @@ def run_quarantine(args: argparse.Namespace) -> int:
     return _print_request(args, request)
 
 
+REMEDIATING_ACTIONS = frozenset({"reset", "reboot", "validate"})
+"""Steps that deal with a fault (a drain only moves the work away); an incident with none of them done is
+not remediated."""
+
+
 def run_release(args: argparse.Namespace) -> int:
-    """``gpuhealth release NODE``."""
+    """``gpuhealth release NODE``: asks first when the node's open incident was not remediated."""
     with _client(args) as client:
+        if not args.yes:
+            warning = _release_warning(client, args.name)
+            if warning:
+                confirm(warning, yes=False)
         request = client.release(args.name, reason=args.reason)
     return _print_request(args, request)
+
+
+def _release_warning(client: AggregatorClient, name: str) -> str | None:
+    """What a release would skip, when the node's open incident has had no remediation step done."""
+    from agent.uplink.client import NotFound
+
+    try:
+        detail = client.node(name)
+    except NotFound:
+        return None  # the aggregator answers for an unknown node itself
+    incident = detail.incident
+    if incident is None or not incident.open:
+        return None
+    timeline = client.incident(incident.id).timeline
+    done = {
+        str(event.details.get("action"))
+        for event in timeline
+        if event.kind == "action" and event.details.get("result") == "ok"
+    }
+    if done & REMEDIATING_ACTIONS:
+        return None
+    reasons = ", ".join(incident.reasons) or "no reason given"
+    return (
+        f"{name} has open incident {incident.id} ({reasons}; action {incident.action.value}) and none of "
+        f"{', '.join(sorted(REMEDIATING_ACTIONS))} was done for it: releasing puts the node back in "
+        "service as it is"
+    )
 
 
 def _print_request(args: argparse.Namespace, request: NodeRequest) -> int:
@@ -396,11 +549,9 @@ def _console() -> Console:
 
 
 def _when(moment: datetime | None, now: datetime) -> str:
-    from aggregator.timespec import relative
+    from gpuhealth.cli.incident_views import when
 
-    if moment is None:
-        return "-"
-    return f"{relative(moment, now)} ({moment:%m-%d %H:%M}Z)"
+    return when(moment, now)
 
 
 def _state(state: str) -> Text:
@@ -454,39 +605,55 @@ def print_breaker(status: BreakerStatus, now: datetime) -> None:
 
 
 def print_node(detail: NodeDetail, now: datetime) -> None:
-    """Headline, GPUs, findings, incident, pending requests, permit and timeline."""
+    """Headline, GPUs, findings, incident, pending requests, permit and timeline. While an incident is open
+    its action heads the node and its GPUs are marked, even once the findings that opened it cleared."""
     console = _console()
-    headline = f"[bold]{escape(detail.name)}[/] ({detail.orchestrator}): "
+    incident = detail.incident if detail.incident and detail.incident.open else None
+    action = incident.action if incident is not None else detail.action
     console.print(
-        headline,
-        _state(detail.state),
-        f" action {detail.action.value}, last report",
-        _when(detail.last_report_at, now),
+        Text.assemble(
+            (detail.name, "bold"),
+            f" ({detail.orchestrator}): ",
+            _state(detail.state),
+            f" action {action.value}" + (" (its incident's)" if incident and action != detail.action else ""),
+            f", last report {_when(detail.last_report_at, now)}",
+        )
     )
     if detail.hold:
         console.print(f"[red]held until a human releases it:[/] {escape(detail.hold)}")
+    in_incident = {gpu.uuid for gpu in incident.gpus} if incident is not None else set()
+    index = {gpu.uuid: gpu.index for gpu in detail.gpus}
     if detail.gpus:
-        gpus = _table("GPU", "UUID", "NAME", "STATUS")
+        gpus = _table("GPU", "MODEL", "SERIAL", "PCI", "UUID", "STATUS")
         for gpu in detail.gpus:
-            gpus.add_row(str(gpu.index), Text(gpu.uuid), Text(gpu.name or "-"), status_text(gpu.status))
+            status = status_text(gpu.status)
+            if gpu.uuid in in_incident:
+                status = Text.assemble(status, (", in the open incident", "bold red"))
+            gpus.add_row(
+                str(gpu.index),
+                Text(gpu.name or "-"),
+                Text(gpu.serial or "-"),
+                Text(gpu.pci_bus_id or "-"),
+                Text(gpu.uuid),
+                status,
+            )
         console.print(gpus)
     if detail.findings:
         findings = _table("GPU", "STATUS", "CODE", "ACTION", "MESSAGE")
         for finding in detail.findings:
+            where = "node" if finding.gpu is None else str(index.get(finding.gpu, finding.gpu))
             findings.add_row(
-                Text(finding.gpu or "node"),
+                Text(where),
                 status_text(finding.status),
                 Text(finding.code),
                 finding.action.value,
                 Text(finding.shown(datetime.now(UTC))),
             )
         console.print(findings)
+    elif incident is not None:
+        console.print("no findings now; the incident stays open until the node is validated and released")
     if detail.incident:
-        incident = detail.incident
-        console.print(
-            f"incident [bold]{escape(incident.id)}[/] since {_when(incident.started_at, now)}: "
-            f"{escape(', '.join(incident.reasons)) or '-'}; action {incident.action.value}"
-        )
+        print_incident_head(detail.incident, now, console)
     for request in detail.pending_requests:
         console.print(f"pending {request.kind} by {escape(request.requested_by)}: {escape(request.reason)}")
     if detail.permit:
@@ -495,18 +662,45 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
             f"{_when(detail.permit.expires_at, now)}"
         )
     if detail.timeline:
-        print_events(detail.timeline, now, console=console)
+        print_events(detail.timeline, now, console=console, timeline=True)
 
 
-def print_events(events: list[Event], now: datetime, console: Console | None = None) -> None:
-    """One row per event, oldest first."""
+def print_incident_head(incident: IncidentSummary, now: datetime, console: Console) -> None:
+    """The incident's line, then each GPU it is about and the findings that opened it."""
+    from gpuhealth.cli.incident_views import gpu_text
+
+    console.print(
+        f"incident [bold]{escape(incident.id)}[/] since {_when(incident.started_at, now)}: "
+        f"{escape(', '.join(incident.reasons)) or '-'}; action {incident.action.value}"
+    )
+    for gpu in incident.gpus:
+        console.print(Text.assemble("  ", (gpu_text(gpu), "bold red")))
+    index = {gpu.uuid: gpu.index for gpu in incident.gpus}
+    for finding in incident.opened_by:
+        on = f"GPU {index.get(finding.gpu, finding.gpu)}" if finding.gpu else "the node"
+        console.print(Text(f"  opened by {finding.code} on {on}: {finding.message} ({finding.action.value})"))
+
+
+def print_events(
+    events: list[Event], now: datetime, console: Console | None = None, *, timeline: bool = False
+) -> None:
+    """One row per event, oldest first; a repeated one once, with its count and time range. A
+    ``timeline`` (a node's, an incident's) reads in the order of cause, one transition's node writes in
+    one row."""
+    from aggregator.timeline import arrange
+    from gpuhealth.cli.incident_views import clock
+
     console = console or _console()
     if not events:
         console.print("no events")
         return
+    rows = arrange(events, group=True) if timeline else events
     table = _table("WHEN", "NODE", "KIND", "WHAT")
-    for event in events:
-        table.add_row(_when(event.at, now), Text(event.node or "-"), event.kind, Text(event.message))
+    for event in rows:
+        what = event.message
+        if event.count > 1 and event.last_at is not None:
+            what = f"{what} (x{event.count}, {clock(event.at)} to {clock(event.last_at)})"
+        table.add_row(_when(event.at, now), Text(event.node or "-"), event.kind, Text(what))
     console.print(table)
 
 

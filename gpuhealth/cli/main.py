@@ -20,6 +20,65 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        return HelpFormatter(prog=self.prog)  # every command's help the same way
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that marks required options and shows each default its text does not already state."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.help is argparse.SUPPRESS:
+            return action.help
+        if action.required and action.option_strings:
+            text = f"{text} (required)".strip()
+        default = action.default
+        shown = default not in (None, False, argparse.SUPPRESS, [], "") and not isinstance(
+            action, argparse._HelpAction | argparse._VersionAction
+        )
+        if shown and action.option_strings and "default" not in text:
+            text = f"{text} (default: %(default)s)".strip()
+        return text
+
+
+GLOBAL_OPTIONS = ("--log-level", "--log-format", "--debug", "--local-time")
+
+
+def _finish_commands(
+    parser: argparse.ArgumentParser, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+) -> None:
+    """Every command: its one-line summary as its description, and the global options, so
+    ``gpuhealth status --debug`` works as well as ``gpuhealth --debug status``."""
+    summaries = {action.dest: action.help for action in subparsers._choices_actions}
+    globals_ = [action for action in parser._actions if set(action.option_strings) & set(GLOBAL_OPTIONS)]
+    for name, command in subparsers.choices.items():
+        if command.description is None and summaries.get(name):
+            command.description = summaries[name]
+        if "-" not in command.prefix_chars:
+            continue  # a stand-in that takes every word as it is (plugins.py)
+        taken = {option for action in command._actions for option in action.option_strings}
+        group = command.add_argument_group("global options (also before the command)")
+        for action in globals_:
+            if set(action.option_strings) & taken:
+                continue
+            if isinstance(action, argparse._StoreTrueAction):
+                group.add_argument(
+                    *action.option_strings,
+                    dest=action.dest,
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help=action.help,
+                )
+            else:
+                group.add_argument(
+                    *action.option_strings,
+                    dest=action.dest,
+                    choices=action.choices,
+                    default=argparse.SUPPRESS,
+                    help=action.help,
+                )
+
 
 def _package_version() -> str:
     try:
@@ -37,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         check_cmd,
         diag_cmd,
         fleet_cmd,
+        incidents_cmd,
         plugins,
         snapshot_cmd,
     )
@@ -54,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", default="auto", choices=["auto", "json", "console"], help="log format (default: auto)"
     )
     parser.add_argument("--debug", action="store_true", help="show a traceback for internal errors")
+    parser.add_argument(
+        "--local-time", action="store_true", help="show times in this machine's zone (default: UTC)"
+    )
     subparsers = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser),
@@ -63,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         snapshot_cmd,
         agent_cmd,
         fleet_cmd,
+        incidents_cmd,
         diag_cmd,
         audit_cmd,
         aggregator_cmd,
@@ -70,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in commands:
         module.register(subparsers)
     plugins.register(subparsers)
+    _finish_commands(parser, subparsers)
     return parser
 
 
@@ -82,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     from core.logging import configure_logging
+    from gpuhealth.cli.incident_views import show_local_time
 
+    show_local_time(args.local_time)
     try:
         configure_logging(args.log_level or getattr(args, "default_log_level", "warning"), args.log_format)
         return handler(args)

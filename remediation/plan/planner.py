@@ -422,7 +422,7 @@ class _Planner:
             self.notes.append(f"a human overrode {incident.id}: not draining the node")
             return
         gpus = partial_drain_gpus(incident, self.policy)
-        self.steps.append(RequestPermit(purpose="drain", incident_id=incident.id))
+        self.steps.append(RequestPermit(purpose="drain", incident_id=incident.id, action=incident.action))
         self.steps.append(Drain(incident_id=incident.id, deadline_s=self.policy.drain_deadline_s, gpus=gpus))
         self._remember(drained=remember(self.memory.drained, incident.id))
         if gpus:

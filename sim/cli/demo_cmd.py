@@ -12,7 +12,9 @@ invalid or cannot be played.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from pathlib import Path
 
 from gpuhealth.cli.errors import CliError
 
@@ -27,7 +29,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--scenario", metavar="FILE", help="a scenario file (docs/scenarios.md)")
+    parser.add_argument(
+        "--scenario",
+        metavar="NAME|FILE",
+        help="a shipped scenario by name (default, breaker, api-outage, ...) or a scenario file "
+        "(docs/scenarios.md); default: the shipped 'default'",
+    )
     parser.add_argument("--nodes", type=_positive, metavar="N", help="override the scenario's fleet size")
     parser.add_argument("--quick", action="store_true", help="the scenario's quick fleet size (CI)")
     parser.add_argument(
@@ -44,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         const=600.0,
         default=0.0,
         metavar="SECONDS",
-        help="after the story, keep the fleet and its fleet page up this long (default 600; Ctrl-C ends)",
+        help="after the story, print its summary and keep the fleet, its fleet page and the aggregator for "
+        "the on-call commands up this long (600 when given alone; Ctrl-C or SIGTERM ends it)",
     )
     # Agents log at error level so that the view stays readable (they provoke faults on purpose).
     parser.set_defaults(handler=run_demo, default_log_level="error")
@@ -60,15 +68,39 @@ def _positive(text: str) -> int:
     return value
 
 
+def scenario_file(value: str | None) -> Path:
+    """The scenario ``--scenario`` names: a file that exists, else a shipped scenario by name (an unknown
+    name is a ScenarioError listing the shipped ones), else the file (whose absence load_scenario reports)."""
+    from sim.scenario.loader import shipped_scenario, shipped_scenarios
+
+    if value is None:
+        return shipped_scenario()
+    path = Path(value)
+    if path.exists() or "/" in value or path.suffix in {".yaml", ".yml", ".json"}:
+        return path
+    if value in shipped_scenarios():
+        return shipped_scenarios()[value]
+    return shipped_scenario(value)  # raises: no shipped scenario named ... (shipped: ...)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C: the run stops the same way, its temporary directory removed."""
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from sim.scenario.engine import ScenarioRunError, run_scenario
-    from sim.scenario.loader import ScenarioError, load_scenario, shipped_scenario
+    from sim.scenario.loader import ScenarioError, load_scenario
+    from sim.scenario.summary import RunSummary
     from sim.scenario.view import LiveView, ProgressLines, print_summary
 
     try:
-        scenario = load_scenario(args.scenario or shipped_scenario())
+        scenario = load_scenario(scenario_file(args.scenario))
     except ScenarioError as exc:
         raise CliError(str(exc), EXIT_INVALID) from None
     if args.quick and scenario.quick_nodes is not None:
@@ -78,16 +110,30 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.orchestrator is not None:
         scenario = scenario.on(args.orchestrator)
     live = not (args.headless or args.json) and sys.stdout.isatty()
+    shown: list[RunSummary] = []
+
+    def show(summary: RunSummary, console: Console) -> None:
+        if args.json:
+            print(summary.model_dump_json(), flush=True)
+        else:
+            print_summary(summary, console)
+        shown.append(summary)
+
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         if live:
             with LiveView(scenario.name) as view:
-                summary = run_scenario(scenario, view, keep_s=args.keep)
+                summary = run_scenario(
+                    scenario, view, keep_s=args.keep, story_over=lambda done: show(done, view.console)
+                )
         else:
-            summary = run_scenario(scenario, ProgressLines(), keep_s=args.keep)
+            summary = run_scenario(
+                scenario, ProgressLines(), keep_s=args.keep, story_over=lambda done: show(done, Console())
+            )
     except ScenarioRunError as exc:
         raise CliError(f"scenario {scenario.name!r} cannot be played: {exc}", EXIT_INVALID) from None
-    if args.json:
-        print(summary.model_dump_json())
-    else:
-        print_summary(summary, Console())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not shown:
+        show(summary, Console())
     return 0 if summary.passed else EXIT_FAILED

@@ -82,6 +82,11 @@ class FakeGpu:
         """NVML's spelling: 8-digit domain, upper-case hex, function number."""
         return f"00000000:{self.bus_number:02X}:00.0"
 
+    @property
+    def serial(self) -> str:
+        """The board serial, 13 digits as NVIDIA prints them, fixed by the UUID."""
+        return str(1650000000000 + int(self.uuid.removeprefix("GPU-")[:8], 16) % 10**9)
+
 
 def _stable_int(key: str, low: int, high: int) -> int:
     """A number in [low, high] fixed by ``key``: deterministic variety without a random generator."""

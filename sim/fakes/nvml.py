@@ -202,6 +202,10 @@ class FakeNvml:
         with self._lock:
             return self._device(handle, "nvmlDeviceGetUUID").uuid
 
+    def nvmlDeviceGetSerial(self, handle: object) -> str:
+        with self._lock:
+            return self._device(handle, "nvmlDeviceGetSerial").serial
+
     def nvmlDeviceGetName(self, handle: object) -> str:
         with self._lock:
             self._device(handle, "nvmlDeviceGetName")

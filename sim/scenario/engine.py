@@ -112,11 +112,18 @@ class _Pending:
     last: Look | None = field(default=None)
 
 
-def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0) -> RunSummary:
+def run_scenario(
+    scenario: Scenario,
+    observer: Observer,
+    *,
+    keep_s: float = 0.0,
+    story_over: Callable[[RunSummary], None] | None = None,
+) -> RunSummary:
     """Play ``scenario`` and report every expectation; raises ScenarioRunError when it cannot play.
 
     A fleet too large to poll at the scenario's pace plays the scenario dilated by ``time_scale``. With
-    ``keep_s``, the fleet and its aggregator's fleet page stay up that long after the story (Ctrl-C ends it).
+    ``keep_s``, the fleet and its aggregator's fleet page stay up that long after the story (Ctrl-C or
+    SIGTERM ends it), and ``story_over`` is given the summary as the story ends, before that wait.
     """
     began = time.monotonic()
     try:
@@ -155,31 +162,41 @@ def run_scenario(scenario: Scenario, observer: Observer, *, keep_s: float = 0.0)
             player = _Player(scenario, world, fleet, aggregator, observer, look_every_s=look_interval(scale))
             results, latencies, timeline_s = player.play()
         alerts = Counter(alert.kind for alert in receiver.alerts)
+        summary = RunSummary(
+            scenario=scenario.name,
+            orchestrator=scenario.orchestrator,
+            nodes=scenario.fleet.nodes,
+            time_scale=round(scale, 3),
+            passed=all(r.passed for r in results),
+            expectations=results,
+            fault_to_taint=latencies,
+            fault_to_taint_summary=summarise_latencies(latencies),
+            alerts_received=dict(sorted(alerts.items())),
+            durations=Durations(
+                startup_s=round(startup_s, 2),
+                timeline_s=round(timeline_s, 2),
+                total_s=round(time.monotonic() - began, 2),
+            ),
+        )
         if keep_s > 0:
-            _keep_serving(observer, page_url, keep_s)
-    return RunSummary(
-        scenario=scenario.name,
-        orchestrator=scenario.orchestrator,
-        nodes=scenario.fleet.nodes,
-        time_scale=round(scale, 3),
-        passed=all(r.passed for r in results),
-        expectations=results,
-        fault_to_taint=latencies,
-        fault_to_taint_summary=summarise_latencies(latencies),
-        alerts_received=dict(sorted(alerts.items())),
-        durations=Durations(
-            startup_s=round(startup_s, 2),
-            timeline_s=round(timeline_s, 2),
-            total_s=round(time.monotonic() - began, 2),
-        ),
-    )
+            if story_over is not None:
+                story_over(summary)
+            _keep_serving(observer, page_url, aggregator.url, identities.admin_token, keep_s)
+    return summary
 
 
-def _keep_serving(observer: Observer, page_url: str, keep_s: float) -> None:
-    """Leave the fleet running so a person can look at what just happened; Ctrl-C ends it early."""
+def oncall_exports(url: str, token: str) -> str:
+    """The shell line that points the on-call commands (``gpuhealth status``...) at this run's aggregator."""
+    return f"export GPUHEALTH_AGGREGATOR_URL={url} GPUHEALTH_TOKEN={token}"
+
+
+def _keep_serving(observer: Observer, page_url: str, url: str, token: str, keep_s: float) -> None:
+    """Leave the fleet running so a person can look at what just happened; Ctrl-C (or SIGTERM, which the
+    demo turns into the same interruption) ends it early."""
     observer.progress(
         f"the story is over; the fleet page stays up for {keep_s:g} s: {page_url} (Ctrl-C ends)"
     )
+    observer.progress(f"for the on-call commands: {oncall_exports(url, token)}")
     try:
         time.sleep(keep_s)
     except KeyboardInterrupt:

@@ -193,7 +193,8 @@ def _permits_refused(expectation: PermitsRefusedExpectation, world: World) -> Lo
         for event in world.aggregator.events(limit=EVENTS_LIMIT)
         if event.kind == "permit_refused" and (nodes is None or event.node in nodes)
     ]
-    return Look(len(refused) >= expectation.at_least, f"{len(refused)} permit(s) refused")
+    times = sum(event.count for event in refused)  # a refusal repeated is one row with a count
+    return Look(times >= expectation.at_least, f"{times} permit(s) refused")
 
 
 def _timeline(expectation: TimelineExpectation, world: World) -> Look:

@@ -25,8 +25,6 @@ STATE_STYLE = {
     "unknown": "dim",
     "testing": "cyan",
 }
-GRID_LIMIT = 64  # larger fleets show counts and the nodes that are not healthy
-TIMELINE_LINES = 12
 
 
 class ProgressLines:
@@ -48,8 +46,26 @@ class ProgressLines:
         return
 
 
+STATE_CODE = {
+    "healthy": "H",
+    "degraded": "D",
+    "unhealthy": "U",
+    "quarantined": "Q",
+    "testing": "t",
+    "unknown": "?",
+}
+LEGEND = (
+    "H healthy D degraded U unhealthy Q quarantined t testing ? unknown . unset",
+    "then T tainted, C cordoned (- not), and the node's workload pods",
+)
+MIN_TIMELINE_LINES = 3
+FAILED_SHOWN = 3  # expectations that failed, by name; the rest are counted
+
+
 class LiveView:
-    """The live view, on a terminal: refreshed by the engine while the timeline plays."""
+    """The live view, on a terminal: refreshed by the engine while the timeline plays. It fits the terminal
+    (80x24 at least): one cell per node with a legend for its marks, as many timeline lines as there is
+    room for, and the expectations counted (those that failed named)."""
 
     live = True
 
@@ -57,7 +73,6 @@ class LiveView:
         self.scenario = scenario
         self.console = console or Console()
         self._events: list[tuple[float, str]] = []
-        self._page: str | None = None  # the fleet page's address, kept on screen for the whole run
         self._live = Live(console=self.console, auto_refresh=False, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -70,42 +85,71 @@ class LiveView:
         self._live.stop()
 
     def progress(self, text: str) -> None:
-        if text.startswith(FLEET_PAGE_PREFIX):
-            self._page = text.removeprefix(FLEET_PAGE_PREFIX)
+        if text.startswith(FLEET_PAGE_PREFIX) or "GPUHEALTH_TOKEN=" in text or "stays up" in text:
+            # Above the view, where it stays to be copied whole (it is wider than a terminal's line).
+            self.console.print(f"demo: {text}", soft_wrap=True, highlight=False)
+            return
         self._live.update(Text(f"demo: {text}"), refresh=True)
 
     def event(self, at_s: float, text: str) -> None:
         self._events.append((at_s, text))
 
     def refresh(self, state: LiveState) -> None:
-        header = Text(
-            f"{self.scenario}  t={state.at_s:5.1f}s / {state.length_s:.0f}s  alerts received: {state.alerts}"
-        )
-        page = Text(f"fleet page: {self._page}", style="dim") if self._page else Text("")
-        body = Group(
-            header, page, self._fleet(state.nodes), self._job(state), self._timeline(), self._results(state)
-        )
-        self._live.update(Panel(body, title="gpuhealth demo"), refresh=True)
+        self._live.update(self.render(state), refresh=True)
 
-    def _fleet(self, nodes: list[NodeView]) -> Table:
-        table = Table(title="fleet", show_header=False, box=None, padding=(0, 1))
-        if len(nodes) > GRID_LIMIT:
+    def render(self, state: LiveState) -> Panel:
+        """The whole view for the console's size."""
+        width, height = self.console.size
+        inner = max(20, width - 4)
+        header = Text(
+            f"{self.scenario}  t={state.at_s:5.1f}s / {state.length_s:.0f}s  alerts: {state.alerts}",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+        legend = [Text(line, style="dim", no_wrap=True, overflow="ellipsis") for line in LEGEND]
+        failed = [name for name, result in state.results.items() if result is not None and not result.passed]
+        results = self._results(state, failed)
+        fixed = 2 + 1 + len(legend) + 1 + len(results)  # borders, header, legend, job, expectations
+        room = max(1, height - 1 - fixed)  # the line under the view keeps the cursor
+        fleet = self._fleet(state.nodes, inner, max(1, room - MIN_TIMELINE_LINES))
+        timeline = self._timeline(max(MIN_TIMELINE_LINES, room - len(fleet)))
+        body = Group(header, *legend, *fleet, self._job(state), *timeline, *results)
+        return Panel(body, title="gpuhealth demo", width=min(width, inner + 4))
+
+    def _fleet(self, nodes: list[NodeView], width: int, rows: int) -> list[Text]:
+        """One cell per node, as many per line as fit; too many nodes for ``rows``: counts, then the nodes
+        that are not healthy."""
+        lines: list[Text] = []
+        if not nodes:
+            return lines
+        name_width = max(len(node.name) for node in nodes)
+        per_line = max(1, (width + 1) // (name_width + 8))
+        if -(-len(nodes) // per_line) > rows:
             counts = Counter(node.state or "unset" for node in nodes)
-            table.add_row(", ".join(f"{state}: {count}" for state, count in sorted(counts.items())))
-            nodes = [node for node in nodes if node.state not in (None, "healthy")][:GRID_LIMIT]
-        columns = 4
-        cells = [self._cell(node) for node in nodes]
-        for start in range(0, len(cells), columns):
-            table.add_row(*cells[start : start + columns])
-        return table
+            lines.append(
+                Text(
+                    ", ".join(f"{state}: {count}" for state, count in sorted(counts.items())),
+                    no_wrap=True,
+                    overflow="ellipsis",
+                )
+            )
+            nodes = [node for node in nodes if node.state not in (None, "healthy")]
+            nodes = nodes[: max(0, rows - 1) * per_line]
+        for start in range(0, len(nodes), per_line):
+            line = Text(no_wrap=True, overflow="ellipsis")
+            for node in nodes[start : start + per_line]:
+                line.append_text(self._cell(node, name_width))
+                line.append(" ")
+            lines.append(line)
+        return lines
 
     @staticmethod
-    def _cell(node: NodeView) -> Text:
+    def _cell(node: NodeView, name_width: int) -> Text:
         state = node.state or "unset"
-        marks = ("T" if node.taint is not None else "-") + ("C" if node.cordoned else "-")
-        text = Text(f"{node.name} ", style=STATE_STYLE.get(state, ""))
-        text.append(f"{state[:9]:<9} {marks} pods:{node.workload_pods}", style=STATE_STYLE.get(state, ""))
-        return text
+        marks = STATE_CODE.get(state, ".")
+        marks += ("T" if node.taint is not None else "-") + ("C" if node.cordoned else "-")
+        style = STATE_STYLE.get(state, "")
+        return Text(f"{node.name:<{name_width}} {marks}{node.workload_pods:>3}", style=style)
 
     @staticmethod
     def _job(state: LiveState) -> Text:
@@ -114,23 +158,34 @@ class LiveView:
             return Text("training job: none")
         where = ", ".join(job.running_nodes) or "nothing running"
         running = f"{len(job.running_nodes)}/{job.expected_pods} pods"
-        return Text(f"training job: {job.restarts} restart(s); {running} Running on {where}")
+        text = f"training job: {job.restarts} restart(s); {running} Running on {where}"
+        return Text(text, no_wrap=True, overflow="ellipsis")
 
-    def _timeline(self) -> Table:
-        table = Table(title="timeline", show_header=False, box=None, padding=(0, 1))
-        for at_s, text in self._events[-TIMELINE_LINES:]:
+    def _timeline(self, lines: int) -> list[Text]:
+        shown = []
+        for at_s, text in self._events[-lines:]:
             style = "green" if text.startswith("PASS") else "red" if text.startswith("FAIL") else ""
-            table.add_row(f"{at_s:6.1f}s", Text(text, style=style))
-        return table
+            line = Text(f"{at_s:6.1f}s ", style="dim", no_wrap=True, overflow="ellipsis")
+            line.append(text, style=style)
+            shown.append(line)
+        return shown
 
     @staticmethod
-    def _results(state: LiveState) -> Table:
-        table = Table(show_header=False, box=None, padding=(0, 1))
-        table.add_row("", Text("expectations", style="bold"), "")
-        for name, result in state.results.items():
-            mark = "…" if result is None else ("[green]✓[/green]" if result.passed else "[red]✗[/red]")
-            table.add_row(mark, name, result.observed if result is not None else "")
-        return table
+    def _results(state: LiveState, failed: list[str]) -> list[Text]:
+        decided = [result for result in state.results.values() if result is not None]
+        held = sum(result.passed for result in decided)
+        pending = len(state.results) - len(decided)
+        head = Text("expectations: ", style="bold", no_wrap=True, overflow="ellipsis")
+        head.append(f"{held} held", style="green")
+        head.append(", ")
+        head.append(f"{len(failed)} failed", style="red" if failed else "")
+        head.append(f", {pending} pending")
+        lines = [head]
+        for name in failed[:FAILED_SHOWN]:
+            lines.append(Text(f"  ✗ {name}", style="red", no_wrap=True, overflow="ellipsis"))
+        if len(failed) > FAILED_SHOWN:
+            lines.append(Text(f"  ... and {len(failed) - FAILED_SHOWN} more failed", style="red"))
+        return lines
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:

@@ -94,11 +94,11 @@ def test_a_forgotten_node_leaves_the_breaker_and_the_budget_and_may_start_over(t
             before = viewer.breaker_status()
         assert (before.gpu_nodes, before.recent_unhealthy, before.state) == (2, 1, "closed")  # 50 % < 60 %
 
-        refused = gpuhealth("forget", OTHER_NODE, url=live.url, who=identities.operator)
+        refused = gpuhealth("forget", OTHER_NODE, "--yes", url=live.url, who=identities.operator)
         assert refused.returncode == 1
         assert "operator olga may not forget a node: that needs the admin role" in refused.stderr
 
-        result = gpuhealth("forget", OTHER_NODE, url=live.url, who=identities.admin)
+        result = gpuhealth("forget", OTHER_NODE, "--yes", url=live.url, who=identities.admin)
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith(f"node {OTHER_NODE} forgotten (1 incidents, 0 permits, 0 requests")
 

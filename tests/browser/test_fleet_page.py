@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from fleet_rig import FleetRig, agent_settings
@@ -27,6 +28,7 @@ from remediation.kubernetes.drain.policy import DrainPolicy
 from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from remediation.plan.planner import RemediationPolicy
 from sim.kube.harness import KubeSim, running_kube_sim
+from tests.aggregator.builders import report
 from tests.aggregator.identities import Identity
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -37,6 +39,7 @@ TOKEN = "fleet-page-token-0123456789abcdef0123456789"
 NODES = ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
 FAULTED = "gpu-node-2"
 SCREENSHOT = DOCS / "images" / "fleet-page.png"
+NODE_SCREENSHOT = DOCS / "images" / "node-page.png"
 VIEWER = Identity("vera", "viewer")
 OPERATOR = Identity("olga", "operator")
 
@@ -186,6 +189,24 @@ def node_title_state(browser: object) -> object:
     return page(browser, "return document.getElementById('node-title').dataset.state || null;")
 
 
+def node_timeline_kinds(browser: object) -> list[str]:
+    kinds = page(
+        browser,
+        "return Array.from(document.querySelectorAll('#node-timeline li')).map((li) => li.dataset.kind);",
+    )
+    assert isinstance(kinds, list)
+    return [str(kind) for kind in kinds]
+
+
+def node_timeline(browser: object) -> list[str]:
+    lines = page(
+        browser,
+        "return Array.from(document.querySelectorAll('#node-timeline li')).map((li) => li.textContent);",
+    )
+    assert isinstance(lines, list)
+    return [str(line) for line in lines]
+
+
 def click(browser: object, element_id: str) -> bool:
     return bool(page(browser, "const b = document.getElementById(arguments[0]); if (!b) return false; b.click(); return true;",
                      element_id))  # fmt: skip
@@ -220,6 +241,25 @@ def test_a_fault_turns_the_node_red_and_its_timeline_grows_as_the_drain_proceeds
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     if os.environ.get("GPUHEALTH_SCREENSHOTS"):  # refresh the docs' picture on purpose only
         browser.save_screenshot(str(SCREENSHOT))  # type: ignore[attr-defined]
+
+    # The node's page names the GPU of the open incident, as the grid and the CLI do, and reads in cause order.
+    serial = fleet.nvml[FAULTED].gpu(0).serial
+    browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{FAULTED}")  # type: ignore[attr-defined]
+    assert wait_until(lambda: f"SN {serial}" in text_of(browser, "node-incident")), text_of(
+        browser, "node-incident"
+    )
+    named = text_of(browser, "node-incident")
+    assert (
+        "GPU 0 NVIDIA H100 80GB HBM3" in named and "00000000:18:00.0" in named and "opened by XID_79" in named
+    )
+    assert "action reboot" in text_of(browser, "node-title")
+    assert page(browser, "return document.querySelector('#node-gpus tr.in-incident td').textContent") == "0"
+    kinds = node_timeline_kinds(browser)
+    assert kinds.index("findings") < kinds.index("incident_opened") < kinds.index("node_writes"), kinds
+    [marked] = [line for line in node_timeline(browser) if "node_writes: marked: " in line]
+    assert all(write in marked for write in ("taint", "condition", "label", "event")), marked
+    if os.environ.get("GPUHEALTH_SCREENSHOTS"):
+        browser.save_screenshot(str(NODE_SCREENSHOT))  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
@@ -284,9 +324,73 @@ def test_an_unknown_reading_shows_its_age_on_the_node_page(browser: object, flee
     try:
         fleet.tick(node)  # the watchdog answers for NVML after detector_timeout_s
         browser.get(f"{fleet.aggregator.url}/ui/?interval=1#/node/{node}")  # type: ignore[attr-defined]
-        assert wait_until(lambda: text_of(browser, "node-findings").startswith("unknown for ")), text_of(
+        # The finding's row: where (the node), then its status with its age.
+        assert wait_until(lambda: text_of(browser, "node-findings").startswith("nodeunknown for ")), text_of(
             browser, "node-findings"
         )
         assert "NVML_UNAVAILABLE" in text_of(browser, "node-findings")
     finally:
         release.set()
+
+
+LONG_NAMES = 1000
+SUFFIX = ".us-west-2.compute.internal"
+
+
+@pytest.fixture
+def large_fleet(tmp_path: Path) -> Iterator[LiveAggregator]:
+    """A thousand nodes with real cloud names (alike but for a few digits) in four pools, one unhealthy."""
+    aggregator = LiveAggregator(tmp_path / "aggregator.db", ManualClock(start=utc_now()), TOKEN).start()
+    try:
+        with httpx.Client(base_url=aggregator.url, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            for number in range(LONG_NAMES):
+                name = f"ip-10-0-{number // 250}-{number % 250}{SUFFIX}"
+                body = report(name, 1, "unhealthy" if number == 742 else "healthy", incident=None)
+                body["labels"] = {
+                    "node.kubernetes.io/instance-type": "p5.48xlarge",
+                    "gpuhealth.io/pool": f"pool-{number % 4}",
+                }
+                body["sent_at"] = utc_now().isoformat()
+                assert client.post("/v1/reports", json=body).status_code == 200
+        yield aggregator
+    finally:
+        aggregator.stop()
+
+
+@pytest.mark.slow
+def test_a_thousand_long_names_stay_whole_and_the_grid_is_grouped(
+    browser: object, large_fleet: LiveAggregator
+) -> None:
+    """Each tile shows its name whole (the shared domain said once), no two alike, never cut; the grid is
+    grouped so that only the group holding the unhealthy node is open."""
+    signed_in(browser, large_fleet.url)
+    assert wait_until(
+        lambda: page(browser, "return document.querySelectorAll('#grid .node').length") == LONG_NAMES
+    )
+    shown = page(
+        browser,
+        "return Array.from(document.querySelectorAll('#grid .node')).map((t) => [t.dataset.node, t.querySelector('.n').textContent]);",
+    )
+    assert isinstance(shown, list)
+    assert all(name == f"{text}{SUFFIX}" for name, text in shown)
+    assert len({text for _name, text in shown}) == LONG_NAMES
+    assert SUFFIX in text_of(browser, "grid-suffix")
+    groups = page(
+        browser,
+        "return Array.from(document.querySelectorAll('#grid details.group')).map((g) => [g.dataset.group, g.open]);",
+    )
+    assert isinstance(groups, list) and len(groups) == 4, groups
+    assert [label for label, is_open in groups if is_open] == [
+        page(
+            browser,
+            "return document.querySelector(`#grid [data-node='ip-10-0-2-242${arguments[0]}']`).closest('details').dataset.group;",
+            SUFFIX,
+        )
+    ]
+    page(browser, "document.querySelectorAll('#grid details.group').forEach((g) => { g.open = true; });")
+    cut = page(
+        browser,
+        "return Array.from(document.querySelectorAll('#grid .node .n')).filter((n) => n.scrollWidth > n.clientWidth + 1).length;",
+    )
+    assert cut == 0
+    assert float(str(page(browser, "return window.gpuhealth.lastRefreshMs") or 0)) < 10_000

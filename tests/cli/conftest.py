@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 GPUHEALTH = Path(sys.executable).parent / "gpuhealth"
 
@@ -26,3 +27,11 @@ def run_cli() -> RunCli:
         )
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_before() -> Iterator[None]:
+    """A test that runs ``gpuhealth.cli.main.main`` in this process configures logging onto its captured
+    stderr; later tests (which capture log lines themselves) get the defaults back."""
+    yield
+    structlog.reset_defaults()

@@ -178,6 +178,23 @@ def test_version_and_help_work(run_cli: RunCli) -> None:
         assert command in help_text
 
 
+@pytest.mark.parametrize("content", [b"", b"# gpuhealth\n\nA GPU health agent.\n", bytes(range(256)) * 64])
+def test_a_file_with_no_kernel_log_line_is_no_all_clear(
+    content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Post-mortem of the wrong file (empty, prose, random bytes): "0 lines recognised", exit 3, no verdict."""
+    from gpuhealth.cli.main import main
+
+    log = tmp_path / "kern.log"
+    log.write_bytes(content)
+    snapshot = str(SNAPSHOTS / "h100-sxm-healthy.json")
+    code = main(["check", "--snapshot", snapshot, "--kernel-log", str(log), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    assert out == ""
+    assert f"{log}: 0 lines recognised as a kernel log" in err and len(err.splitlines()) == 1
+
+
 def test_a_saved_unknown_reading_shows_its_age(run_cli: RunCli, tmp_path: Path) -> None:
     """check --snapshot of a reading NVML never answered: "unknown for 3 h", never a fresh-looking verdict."""
     taken = datetime.now(UTC) - timedelta(hours=3)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from waiting import SLOW_HANG_GUARD_S, wait_until
+from waiting import SLOW_HANG_GUARD_S
 
 from tests.cli.conftest import GPUHEALTH
 
@@ -102,13 +102,17 @@ def test_a_missing_scenario_file_is_one_line_and_exit_2(run_cli: RunCli, tmp_pat
 
 
 @pytest.mark.slow
-def test_keep_leaves_the_fleet_page_up_after_the_story(tmp_path: Path) -> None:
-    """--keep: the run prints the fleet page's address (its token in the fragment), and after the story the
-    page and the API behind it still answer until the time is up; then the run exits with the story's code."""
+def test_keep_prints_the_summary_and_the_exports_then_a_sigterm_ends_it_cleanly(tmp_path: Path) -> None:
+    """--keep: the summary as the story ends, the fleet page's address (its token in the fragment) and the
+    export line for the on-call commands; the page and the API still answer, the on-call commands work
+    with the exported values, and SIGTERM ends the run with the story's code and its temporary directory
+    (which held tokens) removed."""
     scenario = write(tmp_path, SMALL % "reboot")
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "250"}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "250", "TMPDIR": str(scratch)}
     demo = subprocess.Popen(
-        [str(GPUHEALTH), "demo", "--scenario", str(scenario), "--headless", "--keep", "30"],
+        [str(GPUHEALTH), "demo", "--scenario", str(scenario), "--headless", "--keep", "120"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -119,18 +123,43 @@ def test_keep_leaves_the_fleet_page_up_after_the_story(tmp_path: Path) -> None:
         lines: list[str] = []
         for line in demo.stdout:
             lines.append(line)
-            if "the fleet page stays up" in line:
+            if "GPUHEALTH_TOKEN=" in line:
                 break
         output = "".join(lines)
+        assert "all expectations held" in output, output  # the summary, before the wait
         assert "fleet page: http://127.0.0.1:" in output, output
         url = output.split("fleet page: ", 1)[1].split()[0]
         base, token = url.split("/ui/#token=")
+        assert f"export GPUHEALTH_AGGREGATOR_URL={base} GPUHEALTH_TOKEN={token}" in output
+        assert any(path.name.startswith("gpuhealth-demo-") for path in scratch.iterdir())
         assert httpx.get(f"{base}/ui/", timeout=5).status_code == 200
         grid = httpx.get(f"{base}/v1/fleet/grid", headers={"Authorization": f"Bearer {token}"}, timeout=5)
         assert grid.status_code == 200 and len(grid.json()) == 3
-        demo.terminate()  # Ctrl-C or a signal ends the wait early
-        assert wait_until(lambda: demo.poll() is not None, timeout=SLOW_HANG_GUARD_S)
+        oncall = subprocess.run(
+            [str(GPUHEALTH), "status"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**env, "GPUHEALTH_AGGREGATOR_URL": base, "GPUHEALTH_TOKEN": token},
+        )
+        assert oncall.returncode == 0 and "3 nodes" in oncall.stdout, oncall.stderr
+        demo.terminate()  # SIGTERM, as a service manager or a container runtime stops it
+        rest, _ = demo.communicate(timeout=SLOW_HANG_GUARD_S)
+        assert demo.returncode == 0, rest
+        assert "Traceback" not in rest and "interrupted" not in rest
+        assert list(scratch.iterdir()) == []
     finally:
         if demo.poll() is None:
             demo.kill()
             demo.wait()
+
+
+def test_a_shipped_scenario_is_played_by_name_and_an_unknown_name_lists_them(run_cli: RunCli) -> None:
+    from sim.cli.demo_cmd import scenario_file
+    from sim.scenario.loader import shipped_scenarios
+
+    assert scenario_file("breaker") == shipped_scenarios()["breaker"]
+    result = run_cli("demo", "--scenario", "brekaer")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "no shipped scenario named 'brekaer' (shipped: api-outage, breaker, default" in result.stderr

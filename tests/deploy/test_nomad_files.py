@@ -514,3 +514,13 @@ def test_docs_use_the_contract_metadata_names_and_name_every_deploy_file() -> No
 def test_every_nomad_file_parses(path: Path) -> None:
     parsed: Any = load(path)
     assert parsed, f"{path} is empty"
+
+
+def test_the_install_steps_apply_every_acl_policy_the_jobs_need() -> None:
+    """The remediator's policy included: without it the shipped aggregator job's drains are refused."""
+    doc = NOMAD_DOC.read_text(encoding="utf-8")
+    install = doc.split("## Install", 1)[1].split("\n## ", 1)[0]
+    applied = set(
+        re.findall(r"nomad acl policy apply [^\n]*\\\n[^\n]*?(deploy/nomad/\S+\.policy\.hcl)", install)
+    )
+    assert applied == {path.relative_to(REPO_ROOT).as_posix() for path in NOMAD_DIR.glob("*.policy.hcl")}

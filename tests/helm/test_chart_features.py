@@ -540,3 +540,9 @@ def test_device_taints_grant_exactly_their_verbs_and_nothing_when_off(render: Re
     }
     partial_only = {"drain": {"enabled": True, "by": "agent"}, "gpuQuarantine": {"partialDrain": True}}
     assert _dra_rules(render(partial_only)) == {"resourceslices": ["list"], "resourceclaims": ["get"]}
+
+
+def test_notes_do_not_send_people_to_a_registry_gpuhealth_is_not_on(render_notes: Any) -> None:
+    notes = render_notes()
+    assert "pip install gpuhealth" not in notes
+    assert "not on PyPI" in notes and "pip install ." in notes

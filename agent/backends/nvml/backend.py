@@ -204,6 +204,7 @@ class NvmlBackend:
             uuid=(identity.uuid if identity else None) or (known.uuid if known else None),
             pci_bus_id=(identity.pci_bus_id if identity else None) or (known.pci_bus_id if known else None),
             name=(identity.name if identity else None) or (known.name if known else None),
+            serial=(identity.serial if identity else None) or (known.serial if known else None),
         )
         if lost:
             log.warning("nvml_gpu_lost", node=self._node, gpu=index, uuid=merged.uuid)
@@ -212,6 +213,7 @@ class NvmlBackend:
             uuid=merged.uuid or self._uuid_of(index, lost=lost),
             name=merged.name,
             pci_bus_id=merged.pci_bus_id,
+            serial=merged.serial,
             lost=lost,
         )
 

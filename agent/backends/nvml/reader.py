@@ -109,6 +109,7 @@ class Identity:
     uuid: str | None
     pci_bus_id: str | None
     name: str | None
+    serial: str | None = None
 
 
 class GpuReader:
@@ -168,12 +169,13 @@ class GpuReader:
 
 
 def read_identity(reader: GpuReader) -> Identity:
-    """UUID, PCI bus id and name of the GPU; each None when NVML would not say."""
+    """UUID, PCI bus id, name and board serial of the GPU; each None when NVML would not say."""
     pci = reader.value("nvmlDeviceGetPciInfo")
     return Identity(
         uuid=nvml_text(reader.value("nvmlDeviceGetUUID")),
         pci_bus_id=nvml_text(getattr(pci, "busId", None)) if pci is not None else None,
         name=nvml_text(reader.value("nvmlDeviceGetName")),
+        serial=nvml_text(reader.value("nvmlDeviceGetSerial")),
     )
 
 
@@ -357,6 +359,7 @@ def read_details(reader: GpuReader, index: int, identity: Identity, uuid: str) -
         uuid=uuid,
         name=identity.name,
         pci_bus_id=identity.pci_bus_id,
+        serial=identity.serial,
         lost=False,
         persistence_mode=None if persistence is None else persistence == NVML_FEATURE_ENABLED,
         temperature_c=_read_temperature(reader),

@@ -412,6 +412,19 @@ def test_steps_after_a_granted_permit_go_ahead(
     assert (allowed, notes) == ([SetTaint(value="reboot"), Cordon()], [])
 
 
+def test_a_reboot_incidents_drain_asks_for_a_reboot_permit(
+    agent: Agent, aggregator: LiveAggregator, ops: AggregatorClient, clock: ManualClock
+) -> None:
+    """The permit names the incident's remedy, not drain_and_reset: the history says what the node is out for."""
+    agent.tick()
+    link_of(agent).deliver()
+    steps: list[Step] = [RequestPermit(purpose="drain", incident_id="inc-1", action=Action.REBOOT), Cordon()]
+    with aggregator.client() as client:
+        withhold_unpermitted(steps, PermitGate(NODE, client, clock=clock))
+    [granted] = [event for event in ops.events() if event.kind == "permit_granted"]
+    assert granted.details["action"] == "reboot" and "for reboot granted" in granted.message
+
+
 # --- settings ---------------------------------------------------------------------------------------------
 
 

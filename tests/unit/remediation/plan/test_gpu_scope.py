@@ -121,7 +121,7 @@ def test_a_partial_drain_is_limited_to_the_faulty_gpus_behind_the_same_permit() 
     steps = plan(health(), NodeFacts(), policy, RemediationMemory()).steps
 
     assert steps[-2:] == [
-        RequestPermit(purpose="drain", incident_id=INCIDENT_ID),
+        RequestPermit(purpose="drain", incident_id=INCIDENT_ID, action=Action.RESET_GPU),
         Drain(incident_id=INCIDENT_ID, deadline_s=600.0, gpus=("GPU-3",)),
     ]
 

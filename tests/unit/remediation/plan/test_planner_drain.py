@@ -34,7 +34,7 @@ def test_out_of_service_incident_plans_permit_then_drain_last() -> None:
     result = plan(unhealthy(), NodeFacts(), DRAINING, RemediationMemory())
 
     assert result.steps[-2:] == [
-        RequestPermit(purpose="drain", incident_id=INCIDENT_ID),
+        RequestPermit(purpose="drain", incident_id=INCIDENT_ID, action=Action.REBOOT),  # not drain_and_reset
         Drain(incident_id=INCIDENT_ID, deadline_s=600.0),
     ]
     assert result.memory.was_drained(INCIDENT_ID)

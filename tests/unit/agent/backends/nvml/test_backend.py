@@ -58,6 +58,8 @@ def test_healthy_h100_node_fills_every_v1_field(baseline: NodeSnapshot) -> None:
     assert gpu.uuid.startswith("GPU-")
     assert gpu.name == "NVIDIA H100 80GB HBM3"
     assert gpu.pci_bus_id == "00000000:18:00.0"
+    assert gpu.serial is not None and len(gpu.serial) == 13 and gpu.serial.isdigit()
+    assert len({g.serial for g in baseline.gpus}) == 8  # one board each
     assert gpu.lost is False
     assert gpu.persistence_mode is True
     assert gpu.temperature_c is not None
@@ -177,6 +179,7 @@ def test_lost_gpu_among_eight_is_marked_lost_and_the_other_seven_fully_read(base
     assert lost.lost is True
     assert lost.uuid == before.gpus[3].uuid
     assert lost.pci_bus_id == "00000000:5D:00.0"
+    assert lost.serial == before.gpus[3].serial is not None  # the board to pull, though NVML lost it
     assert lost.name == "NVIDIA H100 80GB HBM3"
     assert lost.temperature_c is None
     assert lost.ecc is None
@@ -519,3 +522,11 @@ def test_main_probe_without_driver_says_so_and_exits_3() -> None:
     out = io.StringIO()
     assert main(["--probe"], library=FakeNvml(seed=5, driver_missing=True), out=out) == 3
     assert out.getvalue().split()[:3] == ["system", "nvmlInit", "LIBRARY_NOT_FOUND"]
+
+
+def test_a_driver_without_the_serial_call_leaves_it_null() -> None:
+    """The serial is optional: a GPU (or binding) that cannot say it reads as null, the rest as always."""
+    fake = FakeNvml("h100_sxm", seed=11, missing_functions={"nvmlDeviceGetSerial"})
+    snapshot = _read(fake)
+    assert [gpu.serial for gpu in snapshot.gpus] == [None] * 8
+    assert all(gpu.temperature_c is not None for gpu in snapshot.gpus)
