@@ -261,11 +261,7 @@ def resources(plane: Any, aggregator: AggregatorProcess, plan: Plan) -> dict[str
     usage: dict[str, Any] = {p.name: process_usage(p.popen.pid) for p in plane.processes}
     if aggregator.popen is not None:
         usage["aggregator"] = process_usage(aggregator.popen.pid)
-    hosts = [
-        process_usage(pid)
-        for pid in child_pids(os.getpid())
-        if aggregator.popen is None or pid != aggregator.popen.pid
-    ]
+    hosts = [process_usage(pid) for pid in child_pids(os.getpid(), "spawn_main")]
     per_host = plan.nodes / max(1, len(hosts))
     host_rss = sum(h["rss_mib"] for h in hosts)
     return {

@@ -381,15 +381,17 @@ def process_usage(pid: int) -> dict[str, float]:
     return {"rss_mib": round(rss_kib / 1024, 1), "cpu_s": round(cpu_s, 1)}
 
 
-def child_pids(parent: int) -> list[int]:
-    """The processes whose parent is ``parent`` (the agent hosts of this process)."""
+def child_pids(parent: int, marker: str) -> list[int]:
+    """The processes whose parent is ``parent`` and whose command line holds ``marker`` (the agent hosts of
+    this process: ``multiprocessing``'s ``spawn_main``)."""
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and marker in cmdline:
                 found.append(int(entry.name))
     return found
 
