@@ -144,6 +144,14 @@ class Stack:
         self.fleet = fleet
         self.watcher = watcher
 
+    def wait_for_budget(self, timeout_s: float) -> None:
+        """Until fewer than the default budget's nodes hold a permit."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.aggregator.request("GET", "/v1/permits")) >= BUDGET_NODES:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the permits were not returned within {timeout_s:.0f} s")
+            time.sleep(0.5)
+
     def reset_breaker(self, reason: str) -> None:
         self.aggregator.request("POST", "/v1/breaker/reset", {"reason": reason})
 
@@ -366,9 +374,9 @@ def drain_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
     to_running: list[float] = []
     failed: list[str] = []
     for done, name in enumerate(names, start=1):
-        # Within the fleet budget: a node fails only while fewer than the budget's nodes still hold an
-        # incident (each ends at its node's next clean pass, within the polling interval).
-        watcher.wait(partial(watcher.fewer_tainted, names[: done - 1], BUDGET_NODES), INTERVAL_S * 3)
+        # Within the fleet budget: a node fails only while a permit is free (each drained node returns its
+        # permit when its incident ends, at its next clean pass, within the polling interval).
+        stack.wait_for_budget(INTERVAL_S * 5)
         with watcher.changed:
             pods = watcher.running_on(name)
         started = inject(stack, [name])

@@ -255,9 +255,6 @@ class FleetWatcher:
     def cordoned_since(self, name: str, since: float) -> float | None:
         return next((t for t in self.cordon_on.get(name, []) if t >= since), None)
 
-    def fewer_tainted(self, names: list[str], limit: int) -> bool:
-        return sum(1 for n in names if self.tainted.get(n)) < limit
-
     def all_gone(self, pods: list[str]) -> bool:
         return all(self.pods[p].gone_at for p in pods)
 
