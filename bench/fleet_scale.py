@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -459,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     configure_logging("info", "json")
+    # A stopped benchmark (timeout, Ctrl-C from a supervisor) still stops the control plane it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     nodes = args.nodes or (QUICK_NODES if args.quick else FULL_NODES)
     injections = args.injections or (QUICK_INJECTIONS if args.quick else FULL_INJECTIONS)
     drains = args.drains or (QUICK_DRAINS if args.quick else FULL_DRAINS)
