@@ -411,6 +411,13 @@ def drain_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
     }
 
 
+def report_p99(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
+    """The aggregator's reports between two scrapes of its histogram, and their p99 in ms."""
+    p99 = histogram_quantile(before, after, 0.99)
+    reports = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    return {"reports": int(reports), "p99_ms": round(p99 * 1000, 1) if p99 is not None else None}
+
+
 def run(plan: Plan, *, skip_drain: bool = False) -> dict[str, Any]:
     figures: dict[str, Any] = {"nodes": plan.nodes, "load_average_start": load_average()}
     started = time.monotonic()
@@ -421,24 +428,27 @@ def run(plan: Plan, *, skip_drain: bool = False) -> dict[str, Any]:
             sets,
         ),
     ):
-        before = running.aggregator.report_histogram()
+        scrapes = [running.aggregator.report_histogram()]
         figures["single"] = single_phase(running, sets["single"])
+        scrapes.append(running.aggregator.report_histogram())
         figures["burst"] = burst_phase(running, sets["burst"])
+        scrapes.append(running.aggregator.report_histogram())
         if skip_drain:
             figures["drain"] = {
                 "cordon_to_drained_p50_s": None,
                 "fault_to_running_p50_s": None,
-                "reason": "--no-drain",
+                "reason": "left out (--no-drain)",
             }
         else:
             figures["drain"] = drain_phase(running, sets["drain"])
-        after = running.aggregator.report_histogram()
-        p99 = histogram_quantile(before, after, 0.99)
-        reports = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+        scrapes.append(running.aggregator.report_histogram())
         figures["aggregator"] = {
-            "reports": int(reports),
-            "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
-            "p99_source": "report-duration histogram over the measured phases, interpolated in its bucket",
+            **report_p99(scrapes[0], scrapes[-1]),
+            "by_phase": {
+                phase: report_p99(scrapes[i], scrapes[i + 1])
+                for i, phase in enumerate(("single", "burst", "drain"))
+            },
+            "p99_source": "report-duration histogram between scrapes, interpolated in its bucket",
         }
         figures["load_average_end"] = load_average()
     figures["wall_s"] = round(time.monotonic() - started, 1)

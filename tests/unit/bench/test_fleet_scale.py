@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.fleet_scale import Plan
+from bench.fleet_scale import Plan, report_p99
 from bench.fleet_stack import histogram_quantile
 
 INF = math.inf
@@ -34,3 +34,10 @@ def test_observations_past_the_last_bound_answer_that_bound_and_none_answer_none
     after = {0.01: 0.0, 2.5: 90.0, INF: 100.0}
     assert histogram_quantile({}, after, 0.99) == 2.5
     assert histogram_quantile(after, after, 0.99) is None
+
+
+def test_a_phase_reports_its_count_and_p99_in_milliseconds() -> None:
+    before = {0.01: 10.0, 0.1: 10.0, INF: 10.0}
+    after = {0.01: 10.0, 0.1: 110.0, INF: 110.0}  # 100 reports, all in (10 ms, 100 ms]
+    assert report_p99(before, after) == {"reports": 100, "p99_ms": 99.1}
+    assert report_p99(after, after) == {"reports": 0, "p99_ms": None}
