@@ -1,0 +1,43 @@
+"""The fleet-scale benchmark's own arithmetic: the phases' node counts and the aggregator's p99."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.fleet_scale import Plan, report_p99
+from bench.fleet_stack import histogram_quantile
+
+INF = math.inf
+
+
+def test_burst_is_a_quarter_below_4000_nodes_and_1000_from_there() -> None:
+    assert Plan.of(1000, 200, 50).burst == 250
+    assert Plan.of(4000, 200, 50).burst == 1000
+    assert Plan.of(5000, 200, 50).burst == 1000
+
+
+def test_a_fleet_too_small_for_its_phases_is_refused() -> None:
+    with pytest.raises(ValueError, match="too few"):
+        Plan.of(200, 200, 10)  # 200 single faults leave no node for the burst, the drains or the spares
+
+
+def test_the_quantile_counts_only_what_came_between_the_two_scrapes() -> None:
+    before = {0.01: 100.0, 0.05: 100.0, 0.1: 100.0, INF: 100.0}  # all before the run, all fast
+    after = {0.01: 100.0, 0.05: 150.0, 0.1: 200.0, INF: 200.0}  # 50 in (0.01, 0.05], 50 in (0.05, 0.1]
+    assert histogram_quantile(before, after, 0.5) == pytest.approx(0.05)
+    assert histogram_quantile(before, after, 0.99) == pytest.approx(0.05 + 0.05 * (49 / 50))
+
+
+def test_observations_past_the_last_bound_answer_that_bound_and_none_answer_none() -> None:
+    after = {0.01: 0.0, 2.5: 90.0, INF: 100.0}
+    assert histogram_quantile({}, after, 0.99) == 2.5
+    assert histogram_quantile(after, after, 0.99) is None
+
+
+def test_a_phase_reports_its_count_and_p99_in_milliseconds() -> None:
+    before = {0.01: 10.0, 0.1: 10.0, INF: 10.0}
+    after = {0.01: 10.0, 0.1: 110.0, INF: 110.0}  # 100 reports, all in (10 ms, 100 ms]
+    assert report_p99(before, after) == {"reports": 100, "p99_ms": 99.1}
+    assert report_p99(after, after) == {"reports": 0, "p99_ms": None}
