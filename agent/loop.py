@@ -462,13 +462,19 @@ class Agent:
             self._log.exception("tick_failed")
 
     def _wait_for_next(self, stop: threading.Event) -> None:
-        due = self.clock.monotonic() + self.interval_s
+        due = self.clock.monotonic() + self._next_wait()
         while not (stop.is_set() or self._stop.is_set()):
             remaining = due - self.clock.monotonic()
             if remaining <= 0:
                 return
             if self._waiter(self.parts.wake, min(remaining, STOP_CHECK_S)):
                 return
+
+    def _next_wait(self) -> float:
+        """The polling interval, or less when a permit may be granted sooner (the aggregator said when)."""
+        gate = self.parts.permits
+        soon = gate.wake_in() if gate is not None else None
+        return self.interval_s if soon is None else min(self.interval_s, soon)
 
     def _start_sources(self) -> None:
         if self.parts.feed is not None:

@@ -199,6 +199,14 @@ class AggregatorSettings(BaseModel):
     cooldown_s: float = Field(
         default=3600.0, ge=0, description="After a node's permit ends, no new permit for it for this long."
     )
+    permit_settle_s: float = Field(
+        default=15.0,
+        ge=0,
+        description=(
+            "A node's permit waits until the node has been unhealthy this long, so the reports of a burst "
+            "arrive and trip the breaker before any capacity is taken (0: no wait)."
+        ),
+    )
     retention_events_days: float = Field(
         default=90.0, gt=0, description="Events older than this are pruned (never those of an open incident)."
     )

@@ -394,9 +394,18 @@ class PermitRefusal(_Wire):
     """Why a permit was refused (HTTP 409)."""
 
     code: Literal[
-        "breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node", "shared_cause"
+        "breaker_tripped",
+        "budget_exhausted",
+        "cooldown",
+        "unknown_node",
+        "stale_node",
+        "shared_cause",
+        "settling",
     ]
     reason: str
+    retry_after_s: float | None = Field(
+        default=None, description="When asking again may succeed (a settling node), in seconds; else null."
+    )
 
 
 class BreakerStatus(_Wire):

@@ -81,10 +81,11 @@ class ServerError(AggregatorError):
 class PermitRefused(AggregatorError):
     """The permit was refused; ``code`` is breaker_tripped, budget_exhausted, cooldown, unknown_node..."""
 
-    def __init__(self, code: str, reason: str) -> None:
+    def __init__(self, code: str, reason: str, retry_after_s: float | None = None) -> None:
         super().__init__(f"permit refused ({code}): {reason}")
         self.code = code
         self.reason = reason
+        self.retry_after_s = retry_after_s
 
 
 class PermitLapsed(AggregatorError):
@@ -535,7 +536,9 @@ def _raise_for_status(response: httpx.Response, base_url: str) -> None:
     if code == 409:
         body = _json_or_empty(response)
         if "code" in body:
-            raise PermitRefused(str(body["code"]), str(body.get("reason", "")))
+            raise PermitRefused(
+                str(body["code"]), str(body.get("reason", "")), _seconds(body.get("retry_after_s"))
+            )
         raise PermitLapsed(_detail(response))
     if code >= 500:
         raise ServerError(f"aggregator at {base_url} failed (HTTP {code}): {_detail(response)}")
@@ -557,3 +560,10 @@ def _parse(model: type[Model], data: Any, path: str) -> Model:
         raise ServerError(
             f"unexpected answer from the aggregator for {path}: {exc.errors()[0]['msg']}"
         ) from exc
+
+
+def _seconds(value: object) -> float | None:
+    """A non-negative number of seconds from an answer's body, or None when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)

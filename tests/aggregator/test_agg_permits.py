@@ -110,7 +110,9 @@ def test_unknown_and_stale_nodes_get_no_permit(client: TestClient, clock: Manual
 def test_breaker_trips_when_too_many_nodes_turn_unhealthy_and_holds_until_reset(
     make_client: MakeClient, clock: ManualClock
 ) -> None:
-    client = make_client(breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3)
+    client = make_client(
+        breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3, permit_settle_s=0
+    )
     seed(client, 10)
     for number in range(2):  # 20 %: not more than the threshold
         client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
@@ -167,7 +169,9 @@ def test_many_nodes_reporting_the_whole_fabric_down_are_one_shared_cause_not_dra
 ) -> None:
     """Below the breaker's percentage, yet three nodes with the whole fabric down trip it: one cause (the
     subnet manager), not three nodes to drain one by one; the second is already refused as a shared cause."""
-    client = make_client(breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3)
+    client = make_client(
+        breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3, permit_settle_s=0
+    )
     seed(client, 20)
     client.post("/v1/reports", json=fabric_down("node-0", 2), headers=AUTH)
     assert ask(client, "node-0").status_code == 201  # one node alone: perhaps its own cables
@@ -179,3 +183,53 @@ def test_many_nodes_reporting_the_whole_fabric_down_are_one_shared_cause_not_dra
     assert breaker["state"] == "tripped"
     assert "3 nodes report the whole InfiniBand fabric down (IB_FABRIC_DOWN)" in breaker["reason"]
     assert ask(client, "node-2").json()["code"] == "breaker_tripped"
+
+
+def test_a_burst_trips_the_breaker_before_its_first_node_settles_so_no_permit_is_granted(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    """The first node of a burst asks at once: it is told to wait the settle time; meanwhile the others report,
+    the breaker trips, and when it asks again it is refused by the breaker: no capacity was taken."""
+    client = make_client(breaker_threshold_percent=20, breaker_min_nodes=3, permit_settle_s=15)
+    seed(client, 10)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy", incident="inc-0"), headers=AUTH)
+    first = ask(client, "node-0", "inc-0")
+    assert (first.status_code, first.json()["code"]) == (409, "settling")
+    assert first.json()["retry_after_s"] == 15.0
+    assert "waiting 15 s in all" in first.json()["reason"]
+    assert ask(client, "node-0", "inc-0").json()["retry_after_s"] == 15.0  # the manual clock has not moved
+    clock.advance(4)
+    assert ask(client, "node-0", "inc-0").json()["retry_after_s"] == 11.0
+    for number in (1, 2):
+        client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "breaker_tripped"  # checked before the wait
+    clock.advance(11)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "breaker_tripped"
+    granted = [
+        e for e in client.get("/v1/events?limit=1000", headers=AUTH).json() if e["kind"] == "permit_granted"
+    ]
+    assert granted == []
+
+
+def test_a_lone_failure_is_granted_once_settled_and_its_escalation_does_not_wait_again(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(permit_settle_s=15, cooldown_s=3600)
+    seed(client, 10)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy", incident="inc-0"), headers=AUTH)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "settling"
+    clock.advance(15)
+    permit = ask(client, "node-0", "inc-0")
+    assert permit.status_code == 201, permit.text
+    client.post(f"/v1/permits/{permit.json()['id']}/release", headers=AUTH)
+    again = ask(client, "node-0", "inc-0")  # the same incident escalates (reset, then reboot): no new wait
+    assert again.status_code == 201, again.text
+
+
+def test_a_healthy_node_and_a_zero_settle_time_never_wait(make_client: MakeClient) -> None:
+    client = make_client(permit_settle_s=0, budget_max_nodes=2, budget_max_percent=100)
+    seed(client, 2)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy"), headers=AUTH)
+    assert ask(client, "node-0").status_code == 201
+    settling = make_client(permit_settle_s=15, budget_max_nodes=2, budget_max_percent=100)
+    assert ask(settling, "node-1").status_code == 201  # healthy (a planned reboot): nothing to settle
