@@ -167,9 +167,11 @@ def _fleet_refusal(
     if settling is not None:
         return PermitRefusal(
             code="settling",
+            # The same words at every retry, so the timeline keeps one row with a count (the seconds left
+            # are in retry_after_s).
             reason=(
-                f"node turned unhealthy {settings.permit_settle_s - settling:.1f} s ago: waiting "
-                f"{settings.permit_settle_s:g} s in all, so that a burst trips the breaker first"
+                f"a first permit waits {settings.permit_settle_s:g} s after the node turned unhealthy, so "
+                "that a burst trips the breaker before capacity is taken"
             ),
             retry_after_s=round(settling, 3),
         )
