@@ -27,6 +27,7 @@ from pydantic import (
 from aggregator.alert_settings import RouteSettings, SinkSettings
 from aggregator.remediator_settings import RemediatorSettings
 from core.settings import SettingsError
+from remediation.plan.profiles import ProfilesSettings
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 MIN_TOKEN_LENGTH = 32
@@ -223,6 +224,11 @@ class AggregatorSettings(BaseModel):
         description="Breaker trips when more than this % of GPU nodes turned unhealthy within the window.",
     )
     breaker_window_s: float = Field(default=600.0, gt=0, description="The breaker's sliding window.")
+    profiles: ProfilesSettings = Field(
+        default_factory=ProfilesSettings,
+        description="The agents' behaviour profiles (the same section): each one's budget_share_percent "
+        "caps the permits its nodes hold; its name comes with each report.",
+    )
     breaker_min_nodes: int = Field(
         default=3, ge=1, description="The breaker never trips on fewer unhealthy nodes than this."
     )

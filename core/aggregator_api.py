@@ -189,7 +189,9 @@ class ActionTaken(_Wire):
     action: Annotated[str, Field(min_length=1, max_length=64)] = Field(
         description="What was done: condition, label, taint, cordon, drain, requeue, reset, reboot, release."
     )
-    result: Literal["ok", "failed", "skipped", "dry_run"] = "ok"
+    result: Literal["ok", "failed", "skipped", "dry_run", "shadow"] = Field(
+        default="ok", description="shadow: decided by a profile in shadow mode, recorded, not written."
+    )
     message: ShortText = ""
     incident_id: Annotated[str, Field(max_length=128)] | None = None
 

@@ -179,3 +179,25 @@ def test_many_nodes_reporting_the_whole_fabric_down_are_one_shared_cause_not_dra
     assert breaker["state"] == "tripped"
     assert "3 nodes report the whole InfiniBand fabric down (IB_FABRIC_DOWN)" in breaker["reason"]
     assert ask(client, "node-2").json()["code"] == "breaker_tripped"
+
+
+def test_a_profile_holds_at_most_its_share_of_the_budget_and_leaves_the_rest_to_the_fleet(
+    make_client: MakeClient,
+) -> None:
+    """Budget 4 (of 10 nodes); profile canary has a 25 % share: its second node is refused, others are not."""
+    profiles = {
+        "definitions": {
+            "canary": {"mode": "drain", "match": {"labels": {"pool": "canary"}}, "budget_share_percent": 25}
+        }
+    }
+    client = make_client(budget_max_nodes=4, budget_max_percent=100, profiles=profiles)
+    for number in range(10):
+        body = report(f"node-{number}", 1)
+        body["labels"] = {"gpuhealth.io/profile": "canary" if number < 3 else "default"}
+        assert client.post("/v1/reports", json=body, headers=AUTH).status_code == 200
+    answers = [ask(client, f"node-{n}") for n in (0, 1, 3, 4)]
+    assert [a.status_code for a in answers] == [201, 409, 201, 201]
+    assert answers[1].json() == {
+        "code": "budget_exhausted",
+        "reason": "profile canary's share exhausted: 1 of 1 permits (25 % of 4)",
+    }
