@@ -479,6 +479,9 @@ class NodeSummary(_Wire):
     reports_accepted: int
     incident_id: str | None
     hold: str | None
+    profile: str | None = Field(
+        default=None, description="The node's behaviour profile (its agent's report says; none: not set)."
+    )
 
 
 class NodeDetail(NodeSummary):
@@ -514,6 +517,9 @@ class FleetSummary(_Wire):
     stale: list[str]
     breaker: BreakerStatus
     budget: BudgetStatus
+    profiles: dict[str, int] = Field(
+        default_factory=dict, description="Nodes per behaviour profile (nodes that report one)."
+    )
 
 
 class AuditEntry(_Wire):
