@@ -393,7 +393,7 @@ class Agent:
         drains that did not start (no permit, API server down): those are planned again."""
         kept = _unsent_events_forgotten(memory, report)
         can_drain = self.parts.executor.can_drain
-        self._memory = _unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
+        self._memory = unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
         if self.parts.recovery is not None:  # reset / reboot / validation results: testing or escalation
             machine, rules = self.parts.state_machine, self.parts.recovery
             self._memory = settle_recovery(self._memory, report, machine, rules)
@@ -531,7 +531,7 @@ def _unsent_events_forgotten(memory: RemediationMemory, report: ApplyReport) -> 
     return memory.model_copy(update={"emitted_events": kept})
 
 
-def _unstarted_drains_forgotten(
+def unstarted_drains_forgotten(
     memory: RemediationMemory, previous: RemediationMemory, report: ApplyReport, *, can_drain: bool
 ) -> RemediationMemory:
     """The planner remembers a drain as started when it plans it. When it did not start — no permit let it

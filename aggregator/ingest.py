@@ -444,7 +444,10 @@ def _record_timeline(
             incident_id=incident_id,
             message=("findings: " + ", ".join(codes)) if codes else "findings cleared",
             details={
-                "findings": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"]
+                "findings": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
+                # when the agent read them (the row is stamped on arrival): a replay tells a late report
+                # (an outbox flushed after an outage) from a fresh one, and never acts on the late one
+                "reported_at": report.sent_at.isoformat(),
             },
         )
     for action in report.actions:

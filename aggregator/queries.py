@@ -86,6 +86,7 @@ def _summary_from_row(row: Any, now: datetime) -> NodeSummary:
         incident_id=row.incident_id,
         hold=row.hold,
         profile=_profile(row.labels),
+        interval_s=row.interval_s,
     )
 
 

@@ -482,6 +482,9 @@ class NodeSummary(_Wire):
     profile: str | None = Field(
         default=None, description="The node's behaviour profile (its agent's report says; none: not set)."
     )
+    interval_s: float | None = Field(
+        default=None, description="The agent's reading interval (what a replay steps its readings by)."
+    )
 
 
 class NodeDetail(NodeSummary):
