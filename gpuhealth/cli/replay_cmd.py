@@ -121,14 +121,18 @@ def print_replay(result: ReplayResult) -> None:
         f"[bold]replay[/] {result.since:%Y-%m-%d %H:%M} to {result.until:%Y-%m-%d %H:%M} UTC: "
         f"{len(result.nodes)} nodes, {result.incidents} incidents would have opened"
     )
-    totals = _table("", "WOULD HAVE", "DID")
-    would, did = result.would.as_dict(), result.did.as_dict()
+    shadowed = result.shadow.as_dict() != type(result.shadow)().as_dict()
+    totals = _table("", "WOULD HAVE", "DID", *(("SHADOW (recorded)",) if shadowed else ()))
+    columns = [
+        result.would.as_dict(),
+        result.did.as_dict(),
+        *((result.shadow.as_dict(),) if shadowed else ()),
+    ]
     for name in (*ROWS, "gpu_hours"):
-        label = name.replace("_", " ")
         if name == "gpu_hours":
-            totals.add_row("GPU-hours out of service", hours(float(would[name])), hours(float(did[name])))
+            totals.add_row("GPU-hours out of service", *(hours(float(column[name])) for column in columns))
         else:
-            totals.add_row(label, str(would[name]), str(did[name]))
+            totals.add_row(name.replace("_", " "), *(str(column[name]) for column in columns))
     console.print(totals)
     table = _table("NODE", "PROFILE", "INCIDENT", "WOULD HAVE", "DID")
     for node in result.nodes:

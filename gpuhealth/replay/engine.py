@@ -143,6 +143,7 @@ class NodeResult:
     did: Counts = field(default_factory=Counts)
     would_incidents: list[IncidentLine] = field(default_factory=list)
     did_incidents: list[IncidentLine] = field(default_factory=list)
+    shadow: Counts = field(default_factory=Counts)  # what the node's profile in shadow mode decided, recorded
 
 
 @dataclass
@@ -152,6 +153,7 @@ class ReplayResult:
     nodes: list[NodeResult]
     would: Counts
     did: Counts
+    shadow: Counts
     breaker_trips: list[str]
     gaps: list[str]
     stale: list[str]
@@ -166,7 +168,11 @@ class ReplayResult:
             "since": self.since.isoformat(),
             "until": self.until.isoformat(),
             "incidents": self.incidents,
-            "totals": {"would": self.would.as_dict(), "did": self.did.as_dict()},
+            "totals": {
+                "would": self.would.as_dict(),
+                "did": self.did.as_dict(),
+                "shadow": self.shadow.as_dict(),
+            },
             "breaker_trips": self.breaker_trips,
             "gaps": self.gaps,
             "stale": self.stale,
@@ -176,6 +182,7 @@ class ReplayResult:
                     "profile": n.profile,
                     "would": n.would.as_dict(),
                     "did": n.did.as_dict(),
+                    "shadow": n.shadow.as_dict(),
                     "would_incidents": [incident(line) for line in n.would_incidents],
                     "did_incidents": [incident(line) for line in n.did_incidents],
                 }
@@ -598,16 +605,21 @@ def _result(  # noqa: PLR0917 - the pieces of one result, from the one caller
     stale: list[str],
 ) -> ReplayResult:
     did = _did(history)
+    shadow = _shadow(history)
     results: list[NodeResult] = []
-    would_total, did_total = Counts(), Counts()
+    would_total, did_total, shadow_total = Counts(), Counts(), Counts()
     for name in sorted(sims):
         sim = sims[name]
         sim.close_out(history.until)
         sim.counts.budget_refusals = refused.get(name, 0)
         node_did, did_lines = did.get(name, (Counts(), []))
-        results.append(NodeResult(name, sim.profile.name, sim.counts, node_did, sim.incidents, did_lines))
+        node_shadow = shadow.get(name, Counts())
+        results.append(
+            NodeResult(name, sim.profile.name, sim.counts, node_did, sim.incidents, did_lines, node_shadow)
+        )
         would_total.add(sim.counts)
         did_total.add(node_did)
+        shadow_total.add(node_shadow)
     would_total.breaker_trips = len(trips)
     did_total.breaker_trips = sum(1 for event in history.events if event.kind == "breaker_tripped")
     return ReplayResult(
@@ -616,11 +628,26 @@ def _result(  # noqa: PLR0917 - the pieces of one result, from the one caller
         nodes=results,
         would=would_total,
         did=did_total,
+        shadow=shadow_total,
         breaker_trips=trips,
         gaps=gaps,
         stale=stale,
         incidents=sum(len(sim.incidents) for sim in sims.values()),
     )
+
+
+def _shadow(history: History) -> dict[str, Counts]:
+    """What profiles in shadow mode decided and recorded (``gpuhealth events --shadow``), to set beside the
+    replay of the same window: the two should agree where the shadow ran the candidate's profile."""
+    out: dict[str, Counts] = defaultdict(Counts)
+    for event in history.events:
+        name = _DID_ACTIONS.get(str(event.details.get("action")))
+        if event.kind == "shadow" and event.node is not None and name is not None:
+            counts = out[event.node]
+            setattr(counts, name, getattr(counts, name) + event.count)
+            if name == "drains":
+                counts.requeues += event.count
+    return out
 
 
 def _did(history: History) -> dict[str, tuple[Counts, list[IncidentLine]]]:

@@ -188,3 +188,27 @@ def test_a_candidate_with_an_unknown_key_is_refused_in_one_line() -> None:
         candidate(policy={"drian": True})
     with pytest.raises(CandidateError, match=r"^candidate.yaml: fleet.budget_max: "):
         candidate(fleet={"budget_max": 3})
+
+
+def test_a_replay_sets_the_recorded_shadow_decisions_beside_its_own() -> None:
+    """A canary ran in shadow (drain, writing nothing) and recorded "would have drained"; the replay of the
+    same profile decides the same drain, and shows both."""
+    rows = Rows()
+    rows.xid_79(T0, "node-0")
+    for action in ("taint", "cordon", "drain"):
+        rows.events.append(
+            Event(
+                id=100 + len(rows.events),
+                at=T0,
+                node="node-0",
+                incident_id=None,
+                kind="shadow",
+                message=f"would have {action}ed node-0",
+                details={"action": action, "result": "shadow"},
+            )
+        )
+    profiles = {"definitions": {"canary": {"mode": "drain", "match": {"labels": {"g": "c"}}, "shadow": True}}}
+    result = replay(rows.history({"node-0": "canary"}), candidate(profiles=profiles))
+    assert (result.shadow.taints, result.shadow.cordons, result.shadow.drains) == (1, 1, 1)
+    assert (result.would.taints, result.would.cordons, result.would.drains) == (1, 1, 1)
+    assert result.did.taints == 0
