@@ -26,8 +26,11 @@ from pydantic import (
 
 from aggregator.alert_settings import RouteSettings, SinkSettings
 from aggregator.remediator_settings import RemediatorSettings
+from checks.config import ChecksConfig
+from core.debounce import DebounceConfig
 from core.settings import SettingsError
-from remediation.plan.profiles import ProfilesSettings
+from remediation.plan.planner import RemediationPolicy
+from remediation.plan.profiles import ProfilesSettings, validate_all
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 MIN_TOKEN_LENGTH = 32
@@ -292,6 +295,15 @@ class AggregatorSettings(BaseModel):
             except ValueError as exc:
                 raise ValueError("must be JSON") from exc
         return value
+
+    @model_validator(mode="after")
+    def _profiles_resolve(self) -> AggregatorSettings:
+        # The agents refuse a profile naming an unknown key at load; so does the aggregator, that reads the
+        # same section (checked against the defaults: only the keys matter here).
+        validate_all(
+            self.profiles, checks=ChecksConfig(), debounce=DebounceConfig(), policy=RemediationPolicy()
+        )
+        return self
 
     @model_validator(mode="after")
     def _routes_name_sinks(self) -> AggregatorSettings:

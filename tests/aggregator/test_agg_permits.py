@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from core.clock import ManualClock
@@ -201,3 +202,20 @@ def test_a_profile_holds_at_most_its_share_of_the_budget_and_leaves_the_rest_to_
         "code": "budget_exhausted",
         "reason": "profile canary's share exhausted: 1 of 1 permits (25 % of 4)",
     }
+
+
+def test_the_aggregator_refuses_a_profile_naming_an_unknown_key_in_one_line(tmp_path: Any) -> None:
+    from aggregator.settings import load_settings
+    from core.settings import SettingsError
+
+    path = tmp_path / "aggregator.yaml"
+    path.write_text(
+        "aggregator:\n  allow_anonymous: true\n  profiles:\n    definitions:\n"
+        "      canary: {mode: drain, match: {labels: {a: b}}, debounce: {polled_bad_reading: 2}}\n"
+    )
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path, environ={})
+    assert "profiles.definitions.canary.debounce.polled_bad_reading: Extra inputs are not permitted" in str(
+        caught.value
+    )
+    assert "\n" not in str(caught.value)
