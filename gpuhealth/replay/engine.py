@@ -6,8 +6,9 @@ agent's own state machine (``HealthStateMachine``) under the candidate's debounc
 ``checks.xid.rejudge`` under the candidate's checks; the agent's planner (``plan``) decides under the node's
 profile (``remediation/plan/profiles.py``); every permit goes through the agent's ``PermitGate`` to the
 aggregator's own ``request_permit`` and circuit breaker on an in-memory database of the aggregator's schema,
-with the candidate's budget, breaker and cooldown. Drains finish at the next reading, a reboot brings the
-node back at the next reading and validations pass: what the replay cannot know, it takes as going well.
+with the candidate's budget, breaker and cooldown. Drains finish at the next reading, a reset or a reboot
+clears the findings the history shows persisting (until the node's next recorded change), the node comes
+back and validations pass: what the replay cannot know, it takes as going well.
 
 Between changes a node is read only while something can still happen (an open incident, streaks not
 settled); a settled node jumps to its next recorded change, so 30 days of 1,000 nodes take seconds.
@@ -426,6 +427,10 @@ class _NodeSim:
             elif isinstance(step, Reboot):
                 self._boots += 1
                 self.facts = replace_facts(self.facts, boot_id=f"boot-{self._boots}")
+            if isinstance(step, Reset | Reboot):
+                # Taken as going well: the reset or reboot cleared what the history shows persisting
+                # (there, nobody reset it); the node's next recorded change is read as recorded.
+                self.findings = []
         out = self._out_of_service()
         if out and not was_out:
             self._out_since = now

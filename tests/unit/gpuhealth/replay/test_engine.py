@@ -212,3 +212,23 @@ def test_a_replay_sets_the_recorded_shadow_decisions_beside_its_own() -> None:
     assert (result.shadow.taints, result.shadow.cordons, result.shadow.drains) == (1, 1, 1)
     assert (result.would.taints, result.would.cordons, result.would.drains) == (1, 1, 1)
     assert result.did.taints == 0
+
+
+def test_a_remediate_profile_resets_or_reboots_after_the_drain_and_releases_the_node() -> None:
+    """XID 79 -> drain then reboot; a pending row remap -> drain then reset; both validated and released
+    (the replay takes what it cannot know as going well), never escalated to replace."""
+    rows = Rows()
+    rows.xid_79(T0, "node-0")
+    rows.findings(T0 + timedelta(hours=3), "node-1", [finding("row_remap", "ROW_REMAP_PENDING", "reset_gpu")])
+    rows.findings(T0 + timedelta(hours=4), "node-1", [])
+    remediate = {
+        "definitions": {"all": {"mode": "remediate", "match": {"labels": {"a": "b"}}}},
+        "default": "all",
+    }
+    result = replay(rows.history(), candidate(profiles=remediate, fleet={"budget_max_percent": 100}))
+    assert (result.would.drains, result.would.reboots, result.would.resets) == (2, 1, 1)
+    lines = {node.node: node.would_incidents for node in result.nodes if node.would_incidents}
+    assert [step.split(" ")[0] for step in lines["node-0"][0].steps] == ["taint", "cordon", "drain", "reboot"]
+    assert [step.split(" ")[0] for step in lines["node-1"][0].steps] == ["taint", "cordon", "drain", "reset"]
+    assert all("RECOVERY_FAILED" not in line.reasons for found in lines.values() for line in found)
+    assert result.would.gpu_hours < 1.0  # released after validation, long before the recorded repair
