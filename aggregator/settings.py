@@ -286,7 +286,7 @@ class AggregatorSettings(BaseModel):
                 raise ValueError(f"{entry!r} is not an IP address or network") from exc
         return value
 
-    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", "remediator", mode="before")
+    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", "remediator", "profiles", mode="before")
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):

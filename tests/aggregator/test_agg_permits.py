@@ -219,3 +219,12 @@ def test_the_aggregator_refuses_a_profile_naming_an_unknown_key_in_one_line(tmp_
         caught.value
     )
     assert "\n" not in str(caught.value)
+
+
+def test_the_aggregators_profiles_may_come_from_the_environment_as_json() -> None:
+    from aggregator.settings import load_settings
+
+    profiles = '{"definitions": {"canary": {"mode": "drain", "match": {"labels": {"a": "b"}}, "budget_share_percent": 20}}}'
+    environ = {"GPUHEALTH_AGGREGATOR_PROFILES": profiles, "GPUHEALTH_AGGREGATOR_ALLOW_ANONYMOUS": "true"}
+    settings = load_settings(environ=environ)
+    assert settings.profiles.definitions["canary"].budget_share_percent == 20
