@@ -25,6 +25,7 @@ from aggregator.store.tables import events, nodes, permits
 from core.aggregator_api import BAD_STATES, BudgetStatus, Permit, PermitRefusal, PermitRequest
 from core.findings import SHARED_CAUSE_CODES
 from core.health import NodeState
+from remediation.plan.profiles import PROFILE_LABEL, budget_share
 
 log = structlog.get_logger(__name__)
 
@@ -184,7 +185,36 @@ def _fleet_refusal(
         return PermitRefusal(
             code="budget_exhausted", reason=f"budget exhausted: {in_use} of {limit} permits in use"
         )
-    return None
+    return _group_refusal(conn, request.node, settings, limit, now)
+
+
+def _profile_of(labels: object) -> str | None:
+    value = labels.get(PROFILE_LABEL) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _group_refusal(
+    conn: Connection, node: str, settings: AggregatorSettings, limit: int, now: datetime
+) -> PermitRefusal | None:
+    """The node's profile may hold at most its ``budget_share_percent`` of the fleet's permits (at least
+    one): a canary group cannot take the whole budget from the rest of the fleet."""
+    labels = conn.execute(select(nodes.c.labels).where(nodes.c.name == node)).scalar_one_or_none()
+    profile = _profile_of(labels)
+    share = budget_share(settings.profiles, profile)
+    if profile is None or share is None:
+        return None
+    group_limit = max(1, math.floor(limit * share / 100.0))
+    held = conn.execute(
+        select(nodes.c.labels).join(permits, permits.c.node == nodes.c.name).where(active_clause(now))
+    ).scalars()
+    in_group = sum(1 for row in held if _profile_of(row) == profile)
+    if in_group < group_limit:
+        return None
+    return PermitRefusal(
+        code="budget_exhausted",
+        reason=f"profile {profile}'s share exhausted: {in_group} of {group_limit} permits "
+        f"({share:g} % of {limit})",
+    )
 
 
 def _shared_cause(conn: Connection, node: str, settings: AggregatorSettings, now: datetime) -> str | None:

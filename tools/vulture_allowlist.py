@@ -132,3 +132,10 @@ _.needs_resync  # KubernetesExecutor (tests); the agent loop re-plans on every p
 _.wait_for_drain  # the executors' drain worker: tests wait for a drain to end
 _.UNKNOWN_XID  # checks.xid_catalogue: NVML's "unknown XID" number, deliberately not in the catalogue
 _.scenario_schema  # entry point of the group gpuhealth.schemas (sim/pyproject.toml)
+
+# --- The replay's counts: read by name (getattr over COUNTED) and serialised by as_dict ---------------------
+_.cordons  # gpuhealth.replay.engine.Counts
+_.requeues  # gpuhealth.replay.engine.Counts
+_.reboots  # gpuhealth.replay.engine.Counts
+_.budget_refusals  # gpuhealth.replay.engine.Counts
+_.exported_at  # gpuhealth.replay.history.History: part of the file format

@@ -287,22 +287,29 @@ class AggregatorClient:
         return self._call("GET", f"/v1/nodes/{_segment(name)}", NodeDetail, retry=True)
 
     def events(
-        self, *, since: str | None = None, node: str | None = None, limit: int = 200, all_pages: bool = False
+        self,
+        *,
+        since: str | None = None,
+        node: str | None = None,
+        limit: int = 200,
+        all_pages: bool = False,
+        kind: str | None = None,
     ) -> list[Event]:
         """History, oldest first; ``since`` is a duration (``1h``) or an ISO time. The newest ``limit``
-        events, or with ``all_pages`` every one (pages of ``limit``, newest first, joined oldest first)."""
-        params = _params(since=since, node=node, limit=limit)
+        events, or with ``all_pages`` every one (pages of ``limit``, newest first, joined oldest first);
+        ``kind`` keeps one kind (``shadow``: the decisions of profiles in shadow mode)."""
+        params = _params(since=since, node=node, limit=limit, kind=kind)
         if not all_pages:
             return self._call_list("GET", "/v1/events", Event, params=params)
         pages = list(self._pages("/v1/events", Event, params))
         return [event for page in reversed(pages) for event in page]
 
     def events_found(
-        self, *, since: str | None = None, node: str | None = None, limit: int = 200
+        self, *, since: str | None = None, node: str | None = None, limit: int = 200, kind: str | None = None
     ) -> tuple[list[Event], bool, int | None]:
         """The newest ``limit`` events, oldest first, whether older ones exist (a next page), and how many
         match in all when the aggregator says (``X-Total-Count``; None from one that does not)."""
-        params = _params(since=since, node=node, limit=limit)
+        params = _params(since=since, node=node, limit=limit, kind=kind)
         answer = self._request("GET", "/v1/events", retry=True, params=params)
         if not isinstance(answer.json, list):
             raise ServerError("unexpected answer from the aggregator for /v1/events: not a list")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from core.clock import ManualClock
@@ -233,3 +234,51 @@ def test_a_healthy_node_and_a_zero_settle_time_never_wait(make_client: MakeClien
     assert ask(client, "node-0").status_code == 201
     settling = make_client(permit_settle_s=15, budget_max_nodes=2, budget_max_percent=100)
     assert ask(settling, "node-1").status_code == 201  # healthy (a planned reboot): nothing to settle
+
+
+def test_a_profile_holds_at_most_its_share_of_the_budget_and_leaves_the_rest_to_the_fleet(
+    make_client: MakeClient,
+) -> None:
+    """Budget 4 (of 10 nodes); profile canary has a 25 % share: its second node is refused, others are not."""
+    profiles = {
+        "definitions": {
+            "canary": {"mode": "drain", "match": {"labels": {"pool": "canary"}}, "budget_share_percent": 25}
+        }
+    }
+    client = make_client(budget_max_nodes=4, budget_max_percent=100, profiles=profiles)
+    for number in range(10):
+        body = report(f"node-{number}", 1)
+        body["labels"] = {"gpuhealth.io/profile": "canary" if number < 3 else "default"}
+        assert client.post("/v1/reports", json=body, headers=AUTH).status_code == 200
+    answers = [ask(client, f"node-{n}") for n in (0, 1, 3, 4)]
+    assert [a.status_code for a in answers] == [201, 409, 201, 201]
+    assert answers[1].json() == {
+        "code": "budget_exhausted",
+        "reason": "profile canary's share exhausted: 1 of 1 permits (25 % of 4)",
+    }
+
+
+def test_the_aggregator_refuses_a_profile_naming_an_unknown_key_in_one_line(tmp_path: Any) -> None:
+    from aggregator.settings import load_settings
+    from core.settings import SettingsError
+
+    path = tmp_path / "aggregator.yaml"
+    path.write_text(
+        "aggregator:\n  allow_anonymous: true\n  profiles:\n    definitions:\n"
+        "      canary: {mode: drain, match: {labels: {a: b}}, debounce: {polled_bad_reading: 2}}\n"
+    )
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path, environ={})
+    assert "profiles.definitions.canary.debounce.polled_bad_reading: Extra inputs are not permitted" in str(
+        caught.value
+    )
+    assert "\n" not in str(caught.value)
+
+
+def test_the_aggregators_profiles_may_come_from_the_environment_as_json() -> None:
+    from aggregator.settings import load_settings
+
+    profiles = '{"definitions": {"canary": {"mode": "drain", "match": {"labels": {"a": "b"}}, "budget_share_percent": 20}}}'
+    environ = {"GPUHEALTH_AGGREGATOR_PROFILES": profiles, "GPUHEALTH_AGGREGATOR_ALLOW_ANONYMOUS": "true"}
+    settings = load_settings(environ=environ)
+    assert settings.profiles.definitions["canary"].budget_share_percent == 20
