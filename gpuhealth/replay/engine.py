@@ -224,7 +224,8 @@ class _LocalAggregator:
         with self.conn.begin():
             decision = permits.request_permit(self.conn, request, self.settings, self.clock.now())
         if decision.refusal is not None:
-            raise PermitRefused(decision.refusal.code, decision.refusal.reason)
+            refusal = decision.refusal
+            raise PermitRefused(refusal.code, refusal.reason, refusal.retry_after_s)
         assert decision.permit is not None
         return decision.permit
 
@@ -273,6 +274,8 @@ class _LocalAggregator:
             events.c.kind == "permit_refused"
         )
         for row in self.conn.execute(query):
+            if (row.details or {}).get("code") == "settling":
+                continue  # a wait before the first permit, not capacity refused
             count = int(((row.details or {}).get("repeat") or {}).get("count", 1))
             refused[row.node or ""] += count
             by_incident[(row.node or "", row.incident_id or "")] += count
@@ -466,6 +469,16 @@ class _NodeSim:
             self._out_since = None
 
     def _next_reading(self, now: datetime, settled: bool, health: NodeHealth) -> datetime | None:
+        """When to read next; no later than when a refused permit may be granted (the agent's loop wakes
+        then too: a settling node)."""
+        following = self._following_reading(now, settled, health)
+        soon = self.gate.wake_in()
+        if soon is None:
+            return following
+        asked_again = now + timedelta(seconds=soon)
+        return asked_again if following is None or asked_again < following else following
+
+    def _following_reading(self, now: datetime, settled: bool, health: NodeHealth) -> datetime | None:
         upcoming = self.changes[self.next_change].at if self.next_change < len(self.changes) else None
         step = timedelta(seconds=self.interval_s)
         if not settled or self._drain_due is not None:

@@ -65,7 +65,10 @@ def test_export_then_replay_from_the_file_acts_on_fresh_history_only(run: Run, t
     assert all("reported_at" in row["details"] for row in rows)
 
     policy = tmp_path / "drain.yaml"
-    policy.write_text("policy: {cordon: true, drain: true}\nfleet: {budget_max_percent: 100}\n")
+    # The history ends seconds after node-a's fault: no settle wait, or its drain would fall after the end.
+    policy.write_text(
+        "policy: {cordon: true, drain: true}\nfleet: {budget_max_percent: 100, permit_settle_s: 0}\n"
+    )
     code, out, err = run("replay", "--policy", str(policy), "--from", str(exported), "--json")
     assert code == 0, err
     result = json.loads(out)

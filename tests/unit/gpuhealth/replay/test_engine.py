@@ -94,6 +94,19 @@ def test_a_burst_through_a_strict_breaker_drains_two_then_trips_at_the_third() -
     assert by_node["node-2"].budget_refusals >= 1 and by_node["node-3"].budget_refusals >= 1
 
 
+def test_a_burst_within_the_settle_wait_trips_the_breaker_before_any_drain() -> None:
+    """The same four nodes failing within 6 s: each first permit waits 15 s (the default), the third
+    report trips the breaker meanwhile, and no node is drained; without the wait the first two are."""
+    rows = Rows()
+    for number in range(4):
+        rows.xid_79(T0 + timedelta(seconds=2 * number), f"node-{number}")
+    fleet = {"breaker_threshold_percent": 20, "breaker_min_nodes": 3, "budget_max_percent": 100}
+    settled = replay(rows.history(), candidate(**DRAIN, fleet=fleet))
+    assert (settled.would.drains, settled.would.breaker_trips) == (0, 1)
+    hasty = replay(rows.history(), candidate(**DRAIN, fleet={**fleet, "permit_settle_s": 0}))
+    assert (hasty.would.drains, hasty.would.breaker_trips) == (2, 1)
+
+
 def test_the_same_burst_through_a_looser_breaker_drains_all_four_and_mark_only_writes_no_taint() -> None:
     loose = replay(
         burst(), candidate(**DRAIN, fleet={"breaker_threshold_percent": 50, "budget_max_percent": 100})
