@@ -258,14 +258,18 @@ class FleetWatcher:
 
     def first_running_since(self, since: float) -> float | None:
         """When the first pod seen at or after ``since`` was Running (a replacement), or None."""
-        times = [p.running_at for p in self.pods.values() if p.created_after >= since and p.running_at]
+        times = [p.running_at for p in self._seen() if p.created_after >= since and p.running_at]
         return min(times, default=None)
 
     def running_on(self, node: str) -> list[str]:
-        return [n for n, p in self.pods.items() if p.node == node and p.gone_at is None]
+        return [n for n, p in list(self.pods.items()) if p.node == node and p.gone_at is None]
 
     def running_count(self) -> int:
-        return sum(1 for p in self.pods.values() if p.running_at is not None and p.gone_at is None)
+        return sum(1 for p in self._seen() if p.running_at is not None and p.gone_at is None)
+
+    def _seen(self) -> list[PodSeen]:
+        # A copy: the watch thread adds pods while the benchmark reads (a dict changing during iteration).
+        return list(self.pods.values())
 
 
 # --- the aggregator process ------------------------------------------------------------------------------
