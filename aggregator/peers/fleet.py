@@ -1,0 +1,151 @@
+"""The peer comparison over the stored fleet: read the nodes' GPU readings, compare, alert on new outliers.
+
+``PeerView`` keeps the latest comparison (recomputed when older than ``peers.interval_s``, or at every pass
+of its thread) so the node page, the fleet page and ``gpuhealth node`` read it without comparing the whole
+fleet on every request. A new outlier raises one ``peer_outlier`` alert (severity warning) whose key names
+the node, the GPU and the reading: the alert outbox's unique key makes that once per cause, whichever
+aggregator noticed it first. Nothing here drains or quarantines: a peer outlier is a warning.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+from sqlalchemy import Connection, select
+
+from aggregator.alerts.raising import AlertSpec, raise_alert
+from aggregator.peer_settings import PeerSettings
+from aggregator.peers.compare import Comparison, PeerGpu, PeerOutlier, compare
+from aggregator.store.engine import Database
+from aggregator.store.tables import alerts, nodes
+from core.aggregator_api import GpuReadings
+from core.findings import Finding
+
+log = structlog.get_logger(__name__)
+
+
+def fleet_gpus(conn: Connection, now: datetime) -> list[PeerGpu]:
+    """Every GPU of every node not gone stale that carries readings and a model name."""
+    rows = conn.execute(select(nodes.c.name, nodes.c.gpus).where(nodes.c.stale_at > now))
+    return [gpu for row in rows for gpu in peer_gpus(row.name, row.gpus or [])]
+
+
+def peer_gpus(node: str, stored: list[dict[str, Any]]) -> list[PeerGpu]:
+    """The GPUs of one stored node row as the comparison reads them."""
+    found = []
+    for gpu in stored:
+        raw, model = gpu.get("readings"), gpu.get("name")
+        if not raw or not model:
+            continue
+        try:
+            readings = GpuReadings.model_validate(raw)
+        except ValidationError:
+            continue
+        found.append(PeerGpu(node, int(gpu.get("index", 0)), str(gpu.get("uuid")), str(model), readings))
+    return found
+
+
+def outlier_alert(outlier: PeerOutlier) -> AlertSpec:
+    """The warning for one outlier; its key names node, GPU and reading, so it is raised once."""
+    return AlertSpec(
+        key=f"peer_outlier:{outlier.node}:{outlier.uuid}:{outlier.code}",
+        kind="peer_outlier",
+        severity="warning",
+        group_key=f"node:{outlier.node}",
+        summary=f"{outlier.node}: {outlier.evidence}",
+        node=outlier.node,
+        details={
+            "code": outlier.code,
+            "gpu": outlier.uuid,
+            "index": outlier.index,
+            "model": outlier.model,
+            "driver": outlier.driver,
+            "value": outlier.value,
+            "peer_value": outlier.peer_value,
+            "peers": outlier.peers,
+        },
+    )
+
+
+class PeerView:
+    """The latest comparison of the fleet, and the thread that renews it and raises the alerts."""
+
+    def __init__(self, db: Database, settings: PeerSettings, now: Callable[[], datetime]) -> None:
+        self._db, self._settings, self._now = db, settings, now
+        self._lock = threading.Lock()
+        self._latest: tuple[datetime, Comparison] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def settings(self) -> PeerSettings:
+        return self._settings
+
+    def comparison(self) -> Comparison:
+        """The latest comparison, renewed when older than the interval."""
+        now = self._now()
+        with self._lock:
+            latest = self._latest
+        if latest is not None and now - latest[0] < timedelta(seconds=self._settings.interval_s):
+            return latest[1]
+        return self.refresh()
+
+    def refresh(self) -> Comparison:
+        """Compare the fleet now (no alerts)."""
+        now = self._now()
+        if not self._settings.enabled:
+            result = Comparison([], [])
+        else:
+            with self._db.read() as conn:
+                result = compare(fleet_gpus(conn, now), self._settings)
+        with self._lock:
+            self._latest = (now, result)
+        return result
+
+    def findings(self, node: str) -> list[Finding]:
+        """The node's peer findings (warn, no action)."""
+        return [outlier.finding() for outlier in self.comparison().outliers if outlier.node == node]
+
+    def run_once(self) -> Comparison:
+        """Compare the fleet and raise an alert for each outlier not alerted before."""
+        result = self.refresh()
+        if self._settings.alerts and result.outliers:
+            now = self._now()
+            specs = [outlier_alert(outlier) for outlier in result.outliers]
+            with self._db.write() as conn:
+                known = set(
+                    conn.execute(
+                        select(alerts.c.key).where(alerts.c.key.in_([s.key for s in specs]))
+                    ).scalars()
+                )
+                for spec in specs:
+                    if spec.key not in known:
+                        raise_alert(conn, spec, now)
+        return result
+
+    def start(self) -> None:
+        if not self._settings.enabled or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="peer-comparison", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._settings.interval_s):
+            try:
+                result = self.run_once()
+            except Exception:
+                log.exception("peer comparison failed")
+                continue
+            log.debug("peer comparison", outliers=len(result.outliers), groups=len(result.groups))
