@@ -31,6 +31,7 @@ from aggregator.routes import (
     peers,
     permits,
     probes,
+    reliability,
     reports,
     requests,
     silences,
@@ -57,6 +58,7 @@ ROUTERS = (
     silences,
     ui,
     peers,
+    reliability,
 )
 
 

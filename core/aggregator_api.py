@@ -562,6 +562,43 @@ class PeerReport(_Wire):
     groups: list[PeerGroupView]
 
 
+class ReliabilityGroup(_Wire):
+    """The reliability of one group (GPU model, driver, pool or node) over the report's window."""
+
+    key: str = Field(description="The model, driver, pool or node name.")
+    nodes: int
+    gpus: int
+    incidents: int = Field(description="Incidents opened in the window.")
+    mtbi_hours: float | None = Field(description="Mean time between incidents: node-hours / incidents.")
+    mttr_hours: float | None = Field(description="Mean time to repair, fault to release (closed incidents).")
+    open_incidents: int
+    gpu_hours_out: float = Field(description="GPU-hours out of service (incidents of reset_gpu and worse).")
+    gpu_hours_out_by_class: dict[str, float]
+    gpu_hours_out_by_action: dict[str, float]
+    reset_share: float | None = Field(description="Share of incidents that needed a GPU reset.")
+    reboot_share: float | None
+    replace_share: float | None
+    health_ratio: float | None = Field(description="1 - GPU-hours out of service / GPU-hours observed.")
+
+
+class ReliabilityReport(_Wire):
+    """The answer to ``GET /v1/reliability`` and ``gpuhealth report``."""
+
+    generated_at: datetime
+    since: datetime
+    by: str
+    window_hours: float
+    incidents: int
+    gpu_hours_observed: float
+    gpu_hours_out: float
+    fleet_health_ratio: float | None = Field(
+        description="1 - GPU-hours out of service / GPU-hours observed, over the whole fleet."
+    )
+    repeat_offenders: dict[str, int] = Field(description="Nodes with repeat_offender_incidents or more.")
+    incidents_per_day: list[dict[str, Any]]
+    groups: list[ReliabilityGroup]
+
+
 class BudgetStatus(_Wire):
     """The permit budget now: its limit and how much of it is in use."""
 

@@ -134,5 +134,8 @@ _.was_drained  # PlanMemory (tests)
 _.needs_resync  # KubernetesExecutor (tests); the agent loop re-plans on every pass instead
 _.wait_for_drain  # the executors' drain worker: tests wait for a drain to end
 _.UNKNOWN_XID  # checks.xid_catalogue: NVML's "unknown XID" number, deliberately not in the catalogue
+_.health_ratio  # ReliabilityGroup: a response field (GET /v1/reliability, the fleet page)
+_.window_hours  # ReliabilityReport: a response field
+_.incidents_per_day  # ReliabilityReport: a response field (the fleet page's time series)
 _.peer_findings  # NodeDetail: a response field (FastAPI serialises it)
 _.scenario_schema  # entry point of the group gpuhealth.schemas (sim/pyproject.toml)

@@ -156,9 +156,10 @@ class _Group:
         busy_links = [(g.readings.pcie_gen, g.readings.pcie_width) for g in self.busy]
         busy_links_known = [link for link in busy_links if None not in link]
         widths = [g.readings.pcie_width for g in self.members if g.readings.pcie_width is not None]
+        busy_ids = {id(gpu) for gpu in self.busy}
         for gpu in self.members:
             mine = (gpu.readings.pcie_gen, gpu.readings.pcie_width)
-            if gpu in self.busy and None not in mine:
+            if id(gpu) in busy_ids and None not in mine:
                 population: Sequence[tuple[int | None, int | None]] = busy_links_known
                 own: tuple[int | None, int | None] = mine
             elif gpu.readings.pcie_width is not None:

@@ -342,12 +342,22 @@ async function renderAlerts() {
     el("td", { text: `ends ${clock(silence.ends_at)}` }), el("td", { text: silence.created_by }))));
 }
 
+async function renderPeers() {
+  const report = await api("/v1/peers");
+  $("peer-count").textContent = `(${report.outliers.length})`;
+  $("peers").replaceChildren(...(report.outliers.length ? report.outliers.map((outlier) => el("tr", { "data-code": outlier.code, "data-node": outlier.node },
+    el("td", {}, el("a", { href: `#/node/${encodeURIComponent(outlier.node)}`, text: outlier.node })),
+    el("td", { text: `GPU ${outlier.gpu_index}` }), el("td", { text: outlier.code }), el("td", { text: outlier.evidence })))
+    : [el("tr", {}, el("td", { class: "hint", text: `none among ${report.groups.map((g) => `${g.gpus} ${g.model}`).join(", ") || "no GPUs"}` }))]));
+}
+
 async function refreshFleet() {
   const started = performance.now();
   const [fleet, grid] = await Promise.all([api("/v1/fleet"), api("/v1/fleet/grid")]);
   renderSummary(fleet);
   renderGrid(grid);
-  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined)]);
+  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined), renderPeers().catch(() => undefined),
+    renderReliability().catch(() => undefined)]);
   $("updated").textContent = `updated ${clock(new Date().toISOString())}`;
   window.gpuhealth.lastRefreshMs = performance.now() - started;
   window.gpuhealth.refreshes += 1;
@@ -368,9 +378,11 @@ async function refreshNode(name) {
       el("td", { text: gpu.pci_bus_id || "" }), el("td", { text: gpu.uuid }),
       el("td", { text: inIncident.has(gpu.uuid) ? `${gpu.status}, in the open incident` : gpu.status }))));
   const index = new Map(node.gpus.map((gpu) => [gpu.uuid, gpu.index]));
-  $("node-findings").replaceChildren(...(node.findings.length ? node.findings.map((finding) => el("tr", { "data-code": finding.code },
+  const shownFindings = [...node.findings, ...(node.peer_findings || [])];
+  $("node-findings").replaceChildren(...(shownFindings.length ? shownFindings.map((finding) => el("tr", { "data-code": finding.code },
     el("td", { text: finding.gpu ? `GPU ${index.has(finding.gpu) ? index.get(finding.gpu) : finding.gpu}` : "node" }),
-    el("td", { text: findingStatus(finding) }), el("td", { text: finding.code }), el("td", { text: finding.message })))
+    el("td", { text: findingStatus(finding) }), el("td", { text: finding.check === "peers" ? `${finding.code} (against its peers)` : finding.code }),
+    el("td", { text: finding.message })))
     : [el("tr", {}, el("td", { class: "hint", text: incident ? "none now; the incident stays open until the node is validated and released" : "none" }))]));
   if (node.incident) {
     const head = `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`;

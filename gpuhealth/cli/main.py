@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         fleet_cmd,
         incidents_cmd,
         plugins,
+        report_cmd,
         snapshot_cmd,
     )
 
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         diag_cmd,
         audit_cmd,
         aggregator_cmd,
+        report_cmd,
     )
     for module in commands:
         module.register(subparsers)

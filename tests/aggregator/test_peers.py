@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, select
 
 from aggregator.store.tables import alerts
+from core.aggregator_api import NodeDetail
 from core.clock import ManualClock
+from gpuhealth.cli.fleet_cmd import print_node
 from sim.fakes.fleet import LoadedFleet
 from tests.aggregator.builders import AUTH, report
 from tests.aggregator.conftest import MakeClient
@@ -23,7 +26,7 @@ def _post_fleet(client: Any, fleet: LoadedFleet, seq: int) -> None:
 
 
 def test_sixty_four_nodes_flag_the_one_gpu_slow_at_full_power_and_no_other(
-    make_client: MakeClient, clock: ManualClock, database_url: str
+    make_client: MakeClient, clock: ManualClock, database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = make_client()
     fleet = LoadedFleet(64, seed="peers", idle_share=0.15)
@@ -46,6 +49,10 @@ def test_sixty_four_nodes_flag_the_one_gpu_slow_at_full_power_and_no_other(
     assert "GPU 5: SM clock" in detail["peer_findings"][0]["message"]
     assert detail["state"] == "healthy"  # a warning only: no incident, no quarantine
     assert client.get("/v1/nodes/gpu-0041", headers=AUTH).json()["peer_findings"] == []
+    print_node(NodeDetail.model_validate(detail), clock.now())  # what `gpuhealth node gpu-0042` prints
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "AGAINST ITS PEERS" in shown
+    assert "PEER_SM_CLOCK: GPU 5: SM clock" in shown
 
     engine = create_engine(database_url)
     with engine.connect() as conn:
