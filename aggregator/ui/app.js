@@ -351,6 +351,55 @@ async function renderPeers() {
     : [el("tr", {}, el("td", { class: "hint", text: `none among ${report.groups.map((g) => `${g.gpus} ${g.model}`).join(", ") || "no GPUs"}` }))]));
 }
 
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  for (const child of children) node.append(child);
+  return node;
+}
+
+// Drawn in the page (inline SVG): no chart library, no outside service.
+function barChart(title, entries) {
+  const width = 360, row = 18, max = Math.max(1, ...entries.map(([, value]) => value));
+  const chart = svg("svg", { width, height: row * Math.max(1, entries.length) + 4, role: "img", "aria-label": title });
+  entries.forEach(([name, value], position) => {
+    const y = position * row;
+    chart.append(svg("text", { x: 0, y: y + 13, "font-size": 12 }, name),
+      svg("rect", { x: 110, y: y + 3, width: Math.max(1, (200 * value) / max), height: row - 6, fill: "#c0392b" }),
+      svg("text", { x: 115 + (200 * value) / max, y: y + 13, "font-size": 12 }, value.toFixed(1)));
+  });
+  return el("figure", { class: "plot" }, el("figcaption", { text: title }), chart);
+}
+
+function seriesChart(title, points) {
+  const width = 360, height = 80, max = Math.max(1, ...points.map((point) => point.incidents));
+  const step = points.length > 1 ? width / (points.length - 1) : width;
+  const path = points.map((point, position) => `${position ? "L" : "M"}${(position * step).toFixed(1)},${(height - 4 - ((height - 8) * point.incidents) / max).toFixed(1)}`).join(" ");
+  const chart = svg("svg", { width, height, role: "img", "aria-label": title },
+    svg("path", { d: path || "M0,0", fill: "none", stroke: "#2c3e50", "stroke-width": 2 }));
+  return el("figure", { class: "plot" }, el("figcaption", { text: `${title} (peak ${max} a day)` }), chart);
+}
+
+async function renderReliability() {
+  const report = await api("/v1/reliability?since=30d&by=model");
+  const classes = new Map();
+  for (const group of report.groups) {
+    for (const [name, hours] of Object.entries(group.gpu_hours_out_by_class)) classes.set(name, (classes.get(name) || 0) + hours);
+  }
+  const ratio = report.fleet_health_ratio === null ? "-" : `${(100 * report.fleet_health_ratio).toFixed(3)} %`;
+  $("reliability").replaceChildren(
+    el("div", { id: "fleet-health", text: `fleet health ${ratio}: ${report.incidents} incidents, ${report.gpu_hours_out.toFixed(1)} GPU-hours out of service` }),
+    el("table", { class: "table" }, el("tr", {}, ...["model", "incidents", "MTBI h", "MTTR h", "GPU-h out"].map((text) => el("th", { text }))),
+      ...report.groups.map((group) => el("tr", {}, el("td", { text: group.key }), el("td", { text: String(group.incidents) }),
+        el("td", { text: group.mtbi_hours === null ? "-" : String(group.mtbi_hours) }),
+        el("td", { text: group.mttr_hours === null ? "-" : String(group.mttr_hours) }),
+        el("td", { text: group.gpu_hours_out.toFixed(1) })))),
+    seriesChart("Incidents per day", report.incidents_per_day),
+    barChart("GPU-hours out of service by fault class", [...classes.entries()].sort((a, b) => b[1] - a[1])));
+}
+
 async function refreshFleet() {
   const started = performance.now();
   const [fleet, grid] = await Promise.all([api("/v1/fleet"), api("/v1/fleet/grid")]);
