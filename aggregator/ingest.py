@@ -319,6 +319,12 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
         | {
             "gpus": gpus,
             "opened_by": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
+            # What each GPU read when it opened (the evidence for a hardware return, docs/fleet-view.md).
+            "readings": {
+                gpu.uuid: gpu.readings.model_dump(mode="json", exclude_none=True)
+                for gpu in report.gpus
+                if gpu.readings is not None
+            },
         },
     )
     log.info("incident opened", node=report.node, incident=incident_id)

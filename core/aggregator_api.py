@@ -170,6 +170,15 @@ class GpuReadings(_Wire):
     pcie_max_gen: Annotated[int, Field(ge=0, le=16)] | None = None
     pcie_max_width: Annotated[int, Field(ge=0, le=64)] | None = None
     pcie_replays: _Count | None = Field(default=None, description="PCIe replays since the driver loaded.")
+    vbios_version: Annotated[str, Field(max_length=64)] | None = None
+    remapped_rows_correctable: _Count | None = None
+    remapped_rows_uncorrectable: _Count | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages_single_bit: _Count | None = None
+    retired_pages_double_bit: _Count | None = None
+    retired_pages_pending: bool | None = None
+    ecc_aggregate_uncorrected: _Count | None = None
     nvlink_errors: _Count | None = Field(
         default=None,
         description="NVLink replay, recovery and CRC errors of every link since the driver loaded.",

@@ -164,6 +164,9 @@ class GpuSnapshot(_Model):
     max_sm_clock_mhz: int | None = Field(
         default=None, description="Extension to v1: highest SM clock in MHz (nvmlDeviceGetMaxClockInfo)."
     )
+    vbios_version: str | None = Field(
+        default=None, description="Extension to v1: the VBIOS version (nvmlDeviceGetVbiosVersion)."
+    )
     utilization_pct: int | None = Field(
         default=None,
         description=(

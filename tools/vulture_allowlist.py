@@ -137,5 +137,12 @@ _.UNKNOWN_XID  # checks.xid_catalogue: NVML's "unknown XID" number, deliberately
 _.health_ratio  # ReliabilityGroup: a response field (GET /v1/reliability, the fleet page)
 _.window_hours  # ReliabilityReport: a response field
 _.incidents_per_day  # ReliabilityReport: a response field (the fleet page's time series)
+_.remapped_rows_correctable  # GpuReadings: wire fields the evidence archive reads by name (memory.json)
+_.remapped_rows_uncorrectable
+_.retired_pages_single_bit
+_.retired_pages_double_bit
+_.retired_pages_pending
+_.ecc_aggregate_uncorrected
+_.mtime  # tarfile.TarInfo: the member's time
 _.peer_findings  # NodeDetail: a response field (FastAPI serialises it)
 _.scenario_schema  # entry point of the group gpuhealth.schemas (sim/pyproject.toml)

@@ -433,7 +433,7 @@ def gpu_readings(gpu: GpuSnapshot, driver_version: str | None) -> GpuReadings | 
     """What the aggregator compares with the GPU's peers; None for a lost GPU (nothing to compare)."""
     if gpu.lost:
         return None
-    pcie = gpu.pcie
+    pcie, rows, pages = gpu.pcie, gpu.remapped_rows, gpu.retired_pages
     nvlink = [
         count
         for link in gpu.nvlink or []
@@ -456,6 +456,15 @@ def gpu_readings(gpu: GpuSnapshot, driver_version: str | None) -> GpuReadings | 
             pcie_max_width=pcie.max_width if pcie else None,
             pcie_replays=pcie.replay_counter if pcie else None,
             nvlink_errors=sum(nvlink) if nvlink else None,
+            vbios_version=_fits(gpu.vbios_version),
+            remapped_rows_correctable=rows.correctable if rows else None,
+            remapped_rows_uncorrectable=rows.uncorrectable if rows else None,
+            remap_pending=rows.pending if rows else None,
+            remap_failure=rows.failure if rows else None,
+            retired_pages_single_bit=pages.single_bit if pages else None,
+            retired_pages_double_bit=pages.double_bit if pages else None,
+            retired_pages_pending=pages.pending if pages else None,
+            ecc_aggregate_uncorrected=gpu.ecc.aggregate_uncorrected if gpu.ecc else None,
         )
     except ValidationError:
         return None  # an absurd reading: no comparison rather than a refused report

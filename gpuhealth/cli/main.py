@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         audit_cmd,
         check_cmd,
         diag_cmd,
+        evidence_cmd,
         fleet_cmd,
         incidents_cmd,
         plugins,
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         audit_cmd,
         aggregator_cmd,
         report_cmd,
+        evidence_cmd,
     )
     for module in commands:
         module.register(subparsers)

@@ -285,6 +285,11 @@ class FakeNvml:
                 _raise(nvml.NVML_ERROR_NOT_SUPPORTED)
             return gpu.max_sm_clock_mhz
 
+    def nvmlDeviceGetVbiosVersion(self, handle: object) -> str:
+        with self._lock:
+            self._device(handle, "nvmlDeviceGetVbiosVersion")
+            return self.profile.vbios_version
+
     def nvmlDeviceGetUtilizationRates(self, handle: object) -> FakeUtilization:
         with self._lock:
             gpu = self._device(handle, "nvmlDeviceGetUtilizationRates")

@@ -33,6 +33,7 @@ class GpuProfile:
     gpu_fabric: bool = False  # nvmlDeviceGetGpuFabricInfo answers (NVSwitch baseboards with Fabric Manager)
     max_sm_clock_mhz: int = 1980  # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)
     idle_sm_clock_mhz: int = 345  # the SM clock an idle GPU parks at
+    vbios_version: str = "96.00.99.00.01"  # nvmlDeviceGetVbiosVersion
     missing_functions: frozenset[str] = frozenset()  # absent from this driver's libnvidia-ml
 
 

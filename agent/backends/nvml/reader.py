@@ -376,6 +376,7 @@ def read_details(reader: GpuReader, index: int, identity: Identity, uuid: str) -
         sm_clock_mhz=_as_int(reader.value("nvmlDeviceGetClockInfo", NVML_CLOCK_SM)),
         max_sm_clock_mhz=_as_int(reader.value("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM)),
         utilization_pct=_read_utilization(reader),
+        vbios_version=nvml_text(reader.value("nvmlDeviceGetVbiosVersion")),
         ecc=_read_ecc(reader),
         remapped_rows=_read_remapped_rows(reader),
         retired_pages=_read_retired_pages(reader),
