@@ -23,6 +23,7 @@ The GPU models are data in :mod:`sim.fakes.profiles`, one GPU's state is
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
 import time
@@ -649,7 +650,9 @@ class FakeNvml:
     def run_load(self, step: int, *, busy: bool = True, intensity: float | None = None) -> None:
         """One step of a training job's life on every GPU (busy, or idle between jobs), with the healthy
         noise of a real fleet and any slow-GPU fault set below (``sim/fakes/load.py``)."""
-        level = intensity if intensity is not None else 0.8 + 0.2 * ((step * 7919 + self._id) % 100) / 100
+        # The job's intensity this step, fixed by node and step (never by how many fakes the process made).
+        spread = int(hashlib.sha256(f"{self.node_name}/{step}".encode()).hexdigest()[:4], 16) % 100
+        level = intensity if intensity is not None else 0.8 + 0.2 * spread / 100
         with self._lock:
             for target in self._gpus:
                 apply_load(
