@@ -16,6 +16,11 @@ class PeerSettings(BaseModel):
     )
     interval_s: float = Field(default=60.0, gt=0, description="How often the fleet is compared (alerts).")
     alerts: bool = Field(default=True, description="Raise a warning alert for each new outlier.")
+    quarantine: list[str] = Field(
+        default_factory=list,
+        description="Peer codes (e.g. PEER_PCIE_LINK) whose new outlier quarantines its node until a human "
+        "releases it, once per cause (with alerts on); empty (the default): never.",
+    )
     busy_utilization_pct: int = Field(
         default=80, ge=1, le=100, description="A GPU at or above this utilisation counts as under load."
     )

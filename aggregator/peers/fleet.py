@@ -4,7 +4,8 @@
 of its thread) so the node page, the fleet page and ``gpuhealth node`` read it without comparing the whole
 fleet on every request. A new outlier raises one ``peer_outlier`` alert (severity warning) whose key names
 the node, the GPU and the reading: the alert outbox's unique key makes that once per cause, whichever
-aggregator noticed it first. Nothing here drains or quarantines: a peer outlier is a warning.
+aggregator noticed it first. Nothing here drains; nothing quarantines unless ``peers.quarantine`` names the
+reading (off by default).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, update
 
 from aggregator.alerts.raising import AlertSpec, raise_alert
 from aggregator.peer_settings import PeerSettings
 from aggregator.peers.compare import Comparison, PeerGpu, PeerOutlier, compare
+from aggregator.store import requests as node_requests
 from aggregator.store.engine import Database
 from aggregator.store.tables import alerts, nodes
 from core.aggregator_api import GpuReadings
@@ -72,6 +74,28 @@ def outlier_alert(outlier: PeerOutlier) -> AlertSpec:
     )
 
 
+QUARANTINED_BY = "aggregator (peer comparison)"
+
+
+def _quarantine(conn: Connection, outlier: PeerOutlier, now: datetime) -> None:
+    """The policy says this reading takes the node out: a quarantine request its agent applies, held until
+    a human releases it (as a repeat offender is)."""
+    reason = f"peer comparison: {outlier.evidence}"
+    node_requests.create(
+        conn, outlier.node, kind="quarantine", reason=reason, requested_by=QUARANTINED_BY, now=now
+    )
+    conn.execute(
+        update(nodes)
+        .where(nodes.c.name == outlier.node, nodes.c.hold.is_(None))
+        .values(hold=f"quarantined by {QUARANTINED_BY}: {reason}")
+    )
+    conn.execute(
+        update(nodes)
+        .where(nodes.c.name == outlier.node)
+        .values(pending_requests=node_requests.pending_count(conn, outlier.node))
+    )
+
+
 class PeerView:
     """The latest comparison of the fleet, and the thread that renews it and raises the alerts."""
 
@@ -116,16 +140,16 @@ class PeerView:
         result = self.refresh()
         if self._settings.alerts and result.outliers:
             now = self._now()
-            specs = [outlier_alert(outlier) for outlier in result.outliers]
+            pairs = [(outlier, outlier_alert(outlier)) for outlier in result.outliers]
             with self._db.write() as conn:
-                known = set(
-                    conn.execute(
-                        select(alerts.c.key).where(alerts.c.key.in_([s.key for s in specs]))
-                    ).scalars()
-                )
-                for spec in specs:
-                    if spec.key not in known:
-                        raise_alert(conn, spec, now)
+                keys = [spec.key for _outlier, spec in pairs]
+                known = set(conn.execute(select(alerts.c.key).where(alerts.c.key.in_(keys))).scalars())
+                for outlier, spec in pairs:
+                    if spec.key in known:
+                        continue
+                    raise_alert(conn, spec, now)
+                    if outlier.code in self._settings.quarantine:
+                        _quarantine(conn, outlier, now)
         return result
 
     def start(self) -> None:

@@ -62,3 +62,23 @@ def test_sixty_four_nodes_flag_the_one_gpu_slow_at_full_power_and_no_other(
     assert [(row.severity, row.node) for row in peer_alerts] == [("warning", "gpu-0042")]
     assert "SM clock" in peer_alerts[0].summary
     fleet.close()
+
+
+def test_a_policy_may_quarantine_a_slow_gpus_node_once_until_a_human_releases_it(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(peers={"quarantine": ["PEER_SM_CLOCK"]})
+    fleet = LoadedFleet(64, seed="peers", idle_share=0.0)
+    fleet.nvml["gpu-0042"].slow_at_full_power(5, factor=0.62)
+    for step in range(2):
+        fleet.step(step)
+        _post_fleet(client, fleet, seq=step + 1)
+        client.app.state.peers.run_once()  # type: ignore[attr-defined]
+        clock.advance(60)
+    fleet.close()
+    detail = client.get("/v1/nodes/gpu-0042", headers=AUTH).json()
+    [request] = detail["pending_requests"]
+    assert (request["kind"], request["requested_by"]) == ("quarantine", "aggregator (peer comparison)")
+    assert "SM clock" in request["reason"]
+    assert detail["hold"].startswith("quarantined by aggregator (peer comparison): peer comparison: GPU 5")
+    assert client.get("/v1/nodes/gpu-0041", headers=AUTH).json()["pending_requests"] == []
