@@ -176,7 +176,7 @@ def build_evidence(
         item for item in incidents if uuid is None or not item.gpus or uuid in {g.uuid for g in item.gpus}
     ]
     readings_at_open = {
-        item.id: {key: value for key, value in _opened_readings(item).items() if key in chosen}
+        item.id: {key: value for key, value in _readings_at(item, "incident_opened").items() if key in chosen}
         for item in mine
     }
     now_readings = {
@@ -215,8 +215,13 @@ def build_evidence(
         ),
     }
     for item in mine:
+        at_release = {k: v for k, v in _readings_at(item, "incident_closed").items() if k in chosen}
         files[f"incidents/{item.id}.json"] = _json(
-            {**item.model_dump(mode="json"), "readings_at_open": readings_at_open[item.id]}
+            {
+                **item.model_dump(mode="json"),
+                "readings_at_open": readings_at_open[item.id],
+                "readings_at_release": at_release,
+            }
         )
     for number, raw in enumerate(raw_diags, start=1):
         files[f"diagnostics/raw-{number}.json"] = _json(json.loads(raw))
@@ -233,9 +238,10 @@ def build_evidence(
     return {"SUMMARY.txt": summary.encode(), **files}
 
 
-def _opened_readings(incident: IncidentDetail) -> dict[str, Any]:
+def _readings_at(incident: IncidentDetail, kind: str) -> dict[str, Any]:
+    """Every GPU's readings the history kept with the incident's opening or closing (``kind``)."""
     for event in incident.timeline:
-        if event.kind == "incident_opened":
+        if event.kind == kind:
             found = event.details.get("readings")
             return found if isinstance(found, dict) else {}
     return {}

@@ -127,6 +127,7 @@ def test_the_archive_holds_what_a_vendor_asks_for_and_no_secret(
     incident = json.loads(members["incidents/inc-79.json"])
     assert list(incident["readings_at_open"]) == [uuid]
     assert incident["readings_at_open"][uuid]["pcie_gen"] == 5
+    assert list(incident["readings_at_release"]) == [uuid]
     actions = json.loads(members["actions.json"])
     by = {(a["kind"], a["by"]) for a in actions}
     # Who: the person (here the shared token's principal) for requests, the node's agent for its steps.
