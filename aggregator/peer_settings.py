@@ -41,6 +41,16 @@ class PeerSettings(BaseModel):
     error_floor: int = Field(
         default=100, ge=1, description="Fewest PCIe replays or NVLink errors (since driver load) ever judged."
     )
+    error_rate_floor_per_h: float = Field(
+        default=30.0,
+        gt=0,
+        description="Fewest PCIe replays or NVLink errors an hour ever judged a high rate.",
+    )
+    rate_window_s: float = Field(
+        default=900.0,
+        ge=60,
+        description="Error rates are taken over at least this long (one replay in a minute is no storm).",
+    )
     error_factor: float = Field(
         default=20.0, gt=1, description="An error count this many times the peers' median (plus one) is high."
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from statistics import median
 
 from aggregator.peer_settings import PeerSettings
@@ -26,6 +27,8 @@ POWER_LIMIT = "PEER_POWER_LIMIT"
 TEMPERATURE = "PEER_TEMPERATURE"
 PCIE_REPLAYS = "PEER_PCIE_REPLAYS"
 NVLINK_ERRORS = "PEER_NVLINK_ERRORS"
+PCIE_REPLAY_RATE = "PEER_PCIE_REPLAY_RATE"
+NVLINK_ERROR_RATE = "PEER_NVLINK_ERROR_RATE"
 
 # Clocks event reasons that explain low clocks (idle and application clocks do not).
 _REASON_NAMES = {
@@ -46,6 +49,9 @@ class PeerGpu:
     uuid: str
     model: str
     readings: GpuReadings
+    at: datetime | None = None  # when the reading was reported
+    replay_rate_per_h: float | None = None  # from two readings (aggregator/peers/rates.py)
+    nvlink_rate_per_h: float | None = None
 
     @property
     def group(self) -> tuple[str, str]:
@@ -114,6 +120,7 @@ def compare(gpus: Iterable[PeerGpu], settings: PeerSettings) -> Comparison:
         found = _Group(members, busy, settings, driver)
         outliers += found.links() + found.clocks() + found.power_limits() + found.temperatures()
         outliers += found.counters(PCIE_REPLAYS) + found.counters(NVLINK_ERRORS)
+        outliers += found.rates(PCIE_REPLAY_RATE) + found.rates(NVLINK_ERROR_RATE)
     outliers.sort(key=lambda item: (item.node, item.index, item.code))
     return Comparison(outliers, summary)
 
@@ -142,7 +149,7 @@ class _Group:
     ) -> None:
         self.members, self.busy, self.settings, self.driver = members, busy, settings, driver
 
-    def _outlier(
+    def outlier(
         self, gpu: PeerGpu, code: str, evidence: str, *, value: float, peer_value: float, peers: int
     ) -> PeerOutlier:
         return PeerOutlier(
@@ -182,7 +189,7 @@ class _Group:
                 f"{_link_text(*usual)}{maximum}"
             )
             found.append(
-                self._outlier(
+                self.outlier(
                     gpu, PCIE_LINK, evidence, value=own[1] or 0, peer_value=usual[1] or 0, peers=peers
                 )
             )
@@ -219,7 +226,7 @@ class _Group:
                 f"{_reasons_text(gpu.readings.clocks_event_reasons)}"
             )
             found.append(
-                self._outlier(gpu, SM_CLOCK, evidence, value=clock, peer_value=middle, peers=len(clocked) - 1)
+                self.outlier(gpu, SM_CLOCK, evidence, value=clock, peer_value=middle, peers=len(clocked) - 1)
             )
         return found
 
@@ -241,9 +248,7 @@ class _Group:
                 f"GPU {gpu.index} has a power limit of {limit:.0f} W while {count} of {peers} peers have "
                 f"{usual:.0f} W"
             )
-            found.append(
-                self._outlier(gpu, POWER_LIMIT, evidence, value=limit, peer_value=usual, peers=peers)
-            )
+            found.append(self.outlier(gpu, POWER_LIMIT, evidence, value=limit, peer_value=usual, peers=peers))
         return found
 
     def temperatures(self) -> list[PeerOutlier]:
@@ -272,7 +277,7 @@ class _Group:
                     f"{(band + 1) * limit / 10:.0f} W)"
                 )
                 found.append(
-                    self._outlier(
+                    self.outlier(
                         gpu,
                         TEMPERATURE,
                         evidence,
@@ -282,6 +287,9 @@ class _Group:
                     )
                 )
         return found
+
+    def rates(self, code: str) -> list[PeerOutlier]:
+        return _rates(self, code)
 
     def counters(self, code: str) -> list[PeerOutlier]:
         """PCIe replays or NVLink errors since the driver loaded, against the peers' median."""
@@ -303,9 +311,33 @@ class _Group:
                 f"{len(counted) - 1} peers is {middle:,.0f}"
             )
             found.append(
-                self._outlier(gpu, code, evidence, value=value, peer_value=middle, peers=len(counted) - 1)
+                self.outlier(gpu, code, evidence, value=value, peer_value=middle, peers=len(counted) - 1)
             )
         return found
+
+
+def _rates(group: _Group, code: str) -> list[PeerOutlier]:
+    """PCIe replays or NVLink errors per hour (two readings apart) against the peers' median rate."""
+    settings = group.settings
+    rated = [(g, r) for g in group.members if (r := _rate_of(g, code)) is not None]
+    if len(rated) - 1 < settings.min_peers:
+        return []
+    middle = median(r for _, r in rated)
+    what = "PCIe replays" if code == PCIE_REPLAY_RATE else "NVLink errors"
+    found = []
+    for gpu, rate in rated:
+        if rate < settings.error_rate_floor_per_h or rate < settings.error_factor * (middle + 1):
+            continue
+        evidence = (
+            f"GPU {gpu.index}: {rate:,.0f} {what} an hour while the median of {len(rated) - 1} peers is "
+            f"{middle:,.1f} an hour"
+        )
+        found.append(group.outlier(gpu, code, evidence, value=rate, peer_value=middle, peers=len(rated) - 1))
+    return found
+
+
+def _rate_of(gpu: PeerGpu, code: str) -> float | None:
+    return gpu.replay_rate_per_h if code == PCIE_REPLAY_RATE else gpu.nvlink_rate_per_h
 
 
 def _below(own: tuple[int | None, int | None], usual: tuple[int | None, int | None]) -> bool:

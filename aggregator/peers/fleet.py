@@ -22,6 +22,7 @@ from sqlalchemy import Connection, select, update
 from aggregator.alerts.raising import AlertSpec, raise_alert
 from aggregator.peer_settings import PeerSettings
 from aggregator.peers.compare import Comparison, PeerGpu, PeerOutlier, compare
+from aggregator.peers.rates import CounterRates
 from aggregator.store import requests as node_requests
 from aggregator.store.engine import Database
 from aggregator.store.tables import alerts, nodes
@@ -33,11 +34,13 @@ log = structlog.get_logger(__name__)
 
 def fleet_gpus(conn: Connection, now: datetime) -> list[PeerGpu]:
     """Every GPU of every node not gone stale that carries readings and a model name."""
-    rows = conn.execute(select(nodes.c.name, nodes.c.gpus).where(nodes.c.stale_at > now))
-    return [gpu for row in rows for gpu in peer_gpus(row.name, row.gpus or [])]
+    rows = conn.execute(
+        select(nodes.c.name, nodes.c.gpus, nodes.c.last_report_at).where(nodes.c.stale_at > now)
+    )
+    return [gpu for row in rows for gpu in peer_gpus(row.name, row.gpus or [], at=row.last_report_at)]
 
 
-def peer_gpus(node: str, stored: list[dict[str, Any]]) -> list[PeerGpu]:
+def peer_gpus(node: str, stored: list[dict[str, Any]], *, at: datetime | None = None) -> list[PeerGpu]:
     """The GPUs of one stored node row as the comparison reads them."""
     found = []
     for gpu in stored:
@@ -48,7 +51,9 @@ def peer_gpus(node: str, stored: list[dict[str, Any]]) -> list[PeerGpu]:
             readings = GpuReadings.model_validate(raw)
         except ValidationError:
             continue
-        found.append(PeerGpu(node, int(gpu.get("index", 0)), str(gpu.get("uuid")), str(model), readings))
+        found.append(
+            PeerGpu(node, int(gpu.get("index", 0)), str(gpu.get("uuid")), str(model), readings, at=at)
+        )
     return found
 
 
@@ -103,6 +108,7 @@ class PeerView:
         self._db, self._settings, self._now = db, settings, now
         self._lock = threading.Lock()
         self._latest: tuple[datetime, Comparison] | None = None
+        self._rates = CounterRates(settings.rate_window_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -126,7 +132,10 @@ class PeerView:
             result = Comparison([], [])
         else:
             with self._db.read() as conn:
-                result = compare(fleet_gpus(conn, now), self._settings)
+                gpus = fleet_gpus(conn, now)
+            with self._lock:
+                gpus = self._rates.with_rates(gpus)
+            result = compare(gpus, self._settings)
         with self._lock:
             self._latest = (now, result)
         return result
