@@ -50,6 +50,8 @@ from core.steps import (
 from remediation.executor.contract import NodeExecutor
 from remediation.plan.planner import PlanResult, RemediationMemory, RemediationPolicy, plan
 from remediation.plan.recovery import RecoveryRules
+from remediation.plan.shadow import ShadowGate
+from remediation.plan.shadow import describe as describe_shadow
 
 if TYPE_CHECKING:
     from agent.diagnostics.runner import DiagnosticsRunner
@@ -119,6 +121,7 @@ class AgentParts:
     ] = ()  # fabric trends, executor trouble: merged with the checks'
     diagnostics: DiagnosticsRunner | None = None  # None: no deep diagnostics (agent/diagnostics/runner.py)
     lost_state: LostState | None = None  # the state file was lost: read the incident back (state_recovery)
+    shadow: ShadowGate | None = None  # a profile in shadow: what it does not write is recorded only
 
 
 class Agent:
@@ -242,6 +245,8 @@ class Agent:
     def _plan(self, health: NodeHealth) -> PlanResult:
         """What differs between the desired node and the node as the executor's watch last saw it."""
         facts = self.parts.executor.facts()
+        if self.parts.shadow is not None:
+            facts = self.parts.shadow.facts(facts)
         return plan(
             health, facts, self.parts.policy, self._memory, recovery=self.parts.recovery, now=self.clock.now()
         )
@@ -250,13 +255,30 @@ class Agent:
         """Apply the plan: mark and taint at once, then the steps a permit allows. Asking the aggregator for
         a permit (a network call that may be slow or time out) must never delay the taint that keeps new
         work off a faulty node. A diagnostic starts only once our taint is on."""
-        unguarded, guarded = split_at_first_permit(planned.steps)
+        steps, shadowed = self._shadow(planned.steps, health)
+        unguarded, guarded = split_at_first_permit(steps)
         report = self._apply(unguarded)
+        report.results[:0] = shadowed
         permitted, gate_notes = self._permitted(guarded, health)
         report.results.extend(self._apply(permitted).results)
         if self.parts.diagnostics is not None:
             self.parts.diagnostics.launch(self.parts.state_machine, report)
         return report, (*unguarded, *permitted), gate_notes
+
+    def _shadow(self, planned: list[Step], health: NodeHealth) -> tuple[list[Step], list[StepResult]]:
+        """The steps to write, and those a profile in shadow only records (with why: one line each)."""
+        gate = self.parts.shadow
+        if gate is None:
+            return planned, []
+        written, shadowed = gate.split(planned)
+        now = self.clock.now()
+        results = [
+            StepResult(step, ok=True, detail=describe_shadow(step, self.node, now, health), shadow=True)
+            for step in shadowed
+        ]
+        for result in results:
+            self._log.info("shadow_decision", decision=result.detail)
+        return written, results
 
     def _settle(self, memory: RemediationMemory, report: ApplyReport) -> None:
         """Keep what the planner learnt (recovery results folded in), add the background drain's news to
@@ -371,7 +393,7 @@ class Agent:
         drains that did not start (no permit, API server down): those are planned again."""
         kept = _unsent_events_forgotten(memory, report)
         can_drain = self.parts.executor.can_drain
-        self._memory = _unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
+        self._memory = unstarted_drains_forgotten(kept, self._memory, report, can_drain=can_drain)
         if self.parts.recovery is not None:  # reset / reboot / validation results: testing or escalation
             machine, rules = self.parts.state_machine, self.parts.recovery
             self._memory = settle_recovery(self._memory, report, machine, rules)
@@ -462,13 +484,19 @@ class Agent:
             self._log.exception("tick_failed")
 
     def _wait_for_next(self, stop: threading.Event) -> None:
-        due = self.clock.monotonic() + self.interval_s
+        due = self.clock.monotonic() + self._next_wait()
         while not (stop.is_set() or self._stop.is_set()):
             remaining = due - self.clock.monotonic()
             if remaining <= 0:
                 return
             if self._waiter(self.parts.wake, min(remaining, STOP_CHECK_S)):
                 return
+
+    def _next_wait(self) -> float:
+        """The polling interval, or less when a permit may be granted sooner (the aggregator said when)."""
+        gate = self.parts.permits
+        soon = gate.wake_in() if gate is not None else None
+        return self.interval_s if soon is None else min(self.interval_s, soon)
 
     def _start_sources(self) -> None:
         if self.parts.feed is not None:
@@ -509,7 +537,7 @@ def _unsent_events_forgotten(memory: RemediationMemory, report: ApplyReport) -> 
     return memory.model_copy(update={"emitted_events": kept})
 
 
-def _unstarted_drains_forgotten(
+def unstarted_drains_forgotten(
     memory: RemediationMemory, previous: RemediationMemory, report: ApplyReport, *, can_drain: bool
 ) -> RemediationMemory:
     """The planner remembers a drain as started when it plans it. When it did not start — no permit let it

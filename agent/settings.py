@@ -30,6 +30,15 @@ from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from remediation.kubernetes.settings import RetrySettings
 from remediation.nomad.settings import NomadSettings
 from remediation.plan.planner import RemediationPolicy
+from remediation.plan.profiles import (
+    PROFILE_LABEL,
+    NodeGroup,
+    ProfilesSettings,
+    ResolvedProfile,
+    resolve,
+    select,
+    validate_all,
+)
 
 ENV_PREFIX = "GPUHEALTH_"
 ENV_NESTED_DELIMITER = "__"
@@ -255,6 +264,14 @@ class AgentSettings(BaseSettings):
     recovery: RecoverySettings = Field(
         default_factory=RecoverySettings, description="GPU reset / reboot, validation, release (off)."
     )
+    profiles: ProfilesSettings = Field(
+        default_factory=ProfilesSettings,
+        description="Behaviour profiles per node group (observe ... remediate, shadow); none: base settings.",
+    )
+    node_group: NodeGroup = Field(
+        default_factory=NodeGroup,
+        description="This node's labels, Nomad pool, class and metadata, for choosing its profile.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level logged."
     )
@@ -273,6 +290,12 @@ class AgentSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _profiles_resolve(self) -> AgentSettings:
+        # Every profile is resolved once at load, so a key no section knows is refused here, in one line.
+        validate_all(self.profiles, checks=self.checks, debounce=self.debounce, policy=self.policy)
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -284,6 +307,32 @@ class AgentSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The YAML file arrives as init arguments; listing env first makes the environment win over it.
         return env_settings, init_settings
+
+
+def with_profile(
+    settings: AgentSettings, group: NodeGroup | None = None
+) -> tuple[AgentSettings, ResolvedProfile]:
+    """The settings this node runs with: its profile (chosen by ``group``, else ``settings.node_group``)
+    over the base checks, debounce, policy and recovery, and the profile itself (name, shadow, acting policy).
+
+    The profile's name also goes into the labels every report carries (``gpuhealth.io/profile``), which is how
+    the aggregator, the command line and the fleet page know it. Raises SettingsError with one line.
+    """
+    chosen = select(settings.profiles, group if group is not None else settings.node_group)
+    profile = resolve(
+        settings.profiles, chosen, checks=settings.checks, debounce=settings.debounce, policy=settings.policy
+    )
+    update: dict[str, Any] = {
+        "checks": profile.checks,
+        "debounce": profile.debounce,
+        "policy": profile.policy,
+    }
+    if profile.recovery is not None:
+        update["recovery"] = settings.recovery.model_copy(update={"enabled": profile.recovery})
+    if settings.profiles.definitions or profile.shadow:
+        labels = {**settings.aggregator.labels, PROFILE_LABEL: profile.name}
+        update["aggregator"] = settings.aggregator.model_copy(update={"labels": labels})
+    return settings.model_copy(update=update), profile
 
 
 def aggregator_token(

@@ -35,6 +35,7 @@ from agent.settings import (
     DcgmSettings,
     KernelLogSettings,
     aggregator_token,
+    with_profile,
 )
 from agent.sources.fabric import FabricEvents, FabricSource, FabricTrends
 from agent.sources.wakeups import EventThread, XidCallback, XidFeed
@@ -55,6 +56,8 @@ from core.plan_memory import RemediationMemory
 from core.settings import SettingsError
 from remediation.executor.contract import NodeExecutor
 from remediation.executor.problem import ExecutorProblemFindings
+from remediation.plan.profiles import NodeGroup
+from remediation.plan.shadow import ShadowGate
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -85,6 +88,8 @@ def build_agent(
     ``dcgmi``) when ``recovery.enabled``: a simulated node passes ``SimulatedNodeRecovery``.
     """
     chosen_clock: Clock = clock or RealClock()
+    settings, profile = with_profile(settings, _node_group(settings, api_client))
+    log.info("profile_chosen", node=settings.node_name, profile=profile.name, shadow=profile.shadow)
     if executor is None and settings.orchestrator == "nomad":
         executor, settings = _nomad_executor(settings, chosen_clock)
     node = settings.node_name
@@ -144,6 +149,9 @@ def build_agent(
             *((feed,) if settings.kernel_log.enabled else ()),
         ),
         diagnostics=diagnostics_runner(settings, chosen_executor, chosen_clock, wake),
+        shadow=ShadowGate(profile.acting_policy, recovery=profile.acting_recovery)
+        if profile.shadow
+        else None,
         lost_state=None
         if saved is not None
         else LostState(node, _record_reader(link), clock=chosen_clock.now),
@@ -161,6 +169,18 @@ def build_agent(
         metrics=metrics,
         closers=(backend.close, *source_closers, *((link.close,) if link is not None else ())),
     )
+
+
+def _node_group(settings: AgentSettings, api_client: ApiClient | None) -> NodeGroup:
+    """What the node is, for its profile: as configured; on Kubernetes, the Node's labels when none were
+    given and profiles are defined (one read at start-up)."""
+    group = settings.node_group
+    if not settings.profiles.definitions or settings.orchestrator != "kubernetes" or group.labels:
+        return group
+    from remediation.kubernetes.node_labels import read_node_labels  # the client loads on Kubernetes only
+
+    labels = read_node_labels(api_client, settings.kubernetes.kubeconfig, settings.node_name)
+    return group.model_copy(update={"labels": labels})
 
 
 def _dcgm_sources(

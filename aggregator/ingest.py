@@ -26,6 +26,9 @@ from core.health import NodeState
 
 log = structlog.get_logger(__name__)
 
+SHADOW = "shadow"
+"""Event kind of a decision a profile in shadow mode made and did not write (`gpuhealth events --shadow`)."""
+
 
 class NodeBatch:
     """What the reports of one transaction share: their nodes' rows locked by one query (in name order, so
@@ -453,16 +456,22 @@ def _record_timeline(
             incident_id=incident_id,
             message=("findings: " + ", ".join(codes)) if codes else "findings cleared",
             details={
-                "findings": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"]
+                "findings": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
+                # when the agent read them (the row is stamped on arrival): a replay tells a late report
+                # (an outbox flushed after an outage) from a fresh one, and never acts on the late one
+                "reported_at": report.sent_at.isoformat(),
             },
         )
     for action in report.actions:
+        shadow = action.result == "shadow"  # decided by a profile in shadow mode, recorded, not written
         timeline.add(
             at=min(action.at, now),  # a node's clock may not put its rows above everything else for good
-            kind="action",
+            kind=SHADOW if shadow else "action",
             node=node,
             incident_id=_action_incident(timeline.conn, node, action.incident_id, incident_id),
-            message=f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
+            message=action.message
+            if shadow and action.message
+            else f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
             details={"action": action.action, "result": action.result},
             repeatable=True,  # the same step done or refused again (a drain retried): one row with a count
         )

@@ -22,8 +22,10 @@ from aggregator.alerts import raising
 from aggregator.settings import AggregatorSettings
 from aggregator.store.common import record_event
 from aggregator.store.tables import events, nodes, permits
-from core.aggregator_api import BudgetStatus, Permit, PermitRefusal, PermitRequest
+from core.aggregator_api import BAD_STATES, BudgetStatus, Permit, PermitRefusal, PermitRequest
 from core.findings import SHARED_CAUSE_CODES
+from core.health import NodeState
+from remediation.plan.profiles import PROFILE_LABEL, budget_share
 
 log = structlog.get_logger(__name__)
 
@@ -162,6 +164,18 @@ def _fleet_refusal(
     shared = _shared_cause(conn, request.node, settings, now)
     if shared is not None:
         return PermitRefusal(code="shared_cause", reason=shared)
+    settling = _settling_for(conn, request, settings, now)
+    if settling is not None:
+        return PermitRefusal(
+            code="settling",
+            # The same words at every retry, so the timeline keeps one row with a count (the seconds left
+            # are in retry_after_s).
+            reason=(
+                f"a first permit waits {settings.permit_settle_s:g} s after the node turned unhealthy, so "
+                "that a burst trips the breaker before capacity is taken"
+            ),
+            retry_after_s=round(settling, 3),
+        )
     cooldown = _cooldown_until(conn, request, settings, now)
     if cooldown is not None:
         return PermitRefusal(code="cooldown", reason=f"node in cooldown until {cooldown.isoformat()}")
@@ -171,7 +185,36 @@ def _fleet_refusal(
         return PermitRefusal(
             code="budget_exhausted", reason=f"budget exhausted: {in_use} of {limit} permits in use"
         )
-    return None
+    return _group_refusal(conn, request.node, settings, limit, now)
+
+
+def _profile_of(labels: object) -> str | None:
+    value = labels.get(PROFILE_LABEL) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _group_refusal(
+    conn: Connection, node: str, settings: AggregatorSettings, limit: int, now: datetime
+) -> PermitRefusal | None:
+    """The node's profile may hold at most its ``budget_share_percent`` of the fleet's permits (at least
+    one): a canary group cannot take the whole budget from the rest of the fleet."""
+    labels = conn.execute(select(nodes.c.labels).where(nodes.c.name == node)).scalar_one_or_none()
+    profile = _profile_of(labels)
+    share = budget_share(settings.profiles, profile)
+    if profile is None or share is None:
+        return None
+    group_limit = max(1, math.floor(limit * share / 100.0))
+    held = conn.execute(
+        select(nodes.c.labels).join(permits, permits.c.node == nodes.c.name).where(active_clause(now))
+    ).scalars()
+    in_group = sum(1 for row in held if _profile_of(row) == profile)
+    if in_group < group_limit:
+        return None
+    return PermitRefusal(
+        code="budget_exhausted",
+        reason=f"profile {profile}'s share exhausted: {in_group} of {group_limit} permits "
+        f"({share:g} % of {limit})",
+    )
 
 
 def _shared_cause(conn: Connection, node: str, settings: AggregatorSettings, now: datetime) -> str | None:
@@ -183,6 +226,42 @@ def _shared_cause(conn: Connection, node: str, settings: AggregatorSettings, now
     if not shared or breaker.recent_shared_cause(conn, settings, now) < 2:
         return None
     return f"{', '.join(shared)} is reported by other nodes too: a shared cause, not this node's to drain"
+
+
+def _settling_for(
+    conn: Connection, request: PermitRequest, settings: AggregatorSettings, now: datetime
+) -> float | None:
+    """Seconds the node must still wait before its first permit of this episode, or None.
+
+    A burst reaches the aggregator one report at a time: without a wait, the first nodes of a burst would be
+    granted permits (and drained) before enough of the others reported to trip the breaker. The wait counts
+    from the node's latest turn to unhealthy; an escalation within an incident that already held a permit
+    does not wait again."""
+    if settings.permit_settle_s <= 0:
+        return None
+    if (
+        request.incident_id is not None
+        and conn.execute(
+            select(permits.c.id).where(
+                permits.c.node == request.node, permits.c.incident_id == request.incident_id
+            )
+        ).first()
+    ):
+        return None
+    state = conn.execute(select(nodes.c.state).where(nodes.c.name == request.node)).scalar_one()
+    if NodeState(state) not in BAD_STATES:
+        # The agent asks in the pass that found the fault, before the report saying so may have arrived:
+        # an incident's permit waits the whole time from here; a healthy node's (maintenance) never waits.
+        return settings.permit_settle_s if request.incident_id is not None else None
+    turned = conn.execute(
+        select(func.max(events.c.at)).where(
+            events.c.node == request.node, events.c.kind == breaker.TURNED_UNHEALTHY
+        )
+    ).scalar_one()
+    if turned is None:
+        return None
+    left = settings.permit_settle_s - (now - turned).total_seconds()
+    return left if left > 0 else None
 
 
 def _cooldown_until(

@@ -24,6 +24,7 @@ from core.aggregator_api import (
     NodeSummary,
 )
 from core.health import NodeState
+from remediation.plan.profiles import PROFILE_LABEL
 
 MAX_EVENTS = 1000
 MAX_NODES_PAGE = 10_000  # a page of the node list: all of a 10,000-node fleet in one answer
@@ -49,8 +50,16 @@ def fleet_summary(conn: Connection, settings: AggregatorSettings, now: datetime)
     open_incidents = conn.execute(
         select(func.count()).select_from(incidents).where(incidents.c.ended_at.is_(None))
     ).scalar_one()
+    profile = nodes.c.labels[PROFILE_LABEL].as_string()
+    by_profile = {
+        str(name): int(count)
+        for name, count in conn.execute(
+            select(profile, func.count()).where(profile.is_not(None)).group_by(profile)
+        ).all()
+    }
     return FleetSummary(
         generated_at=now,
+        profiles=by_profile,
         nodes=int(totals[0]),
         gpus=int(totals[1]),
         by_state=by_state,
@@ -76,7 +85,15 @@ def _summary_from_row(row: Any, now: datetime) -> NodeSummary:
         reports_accepted=row.reports_accepted,
         incident_id=row.incident_id,
         hold=row.hold,
+        profile=_profile(row.labels),
+        interval_s=row.interval_s,
     )
+
+
+def _profile(labels: object) -> str | None:
+    """The node's behaviour profile, as its agent reports it (the ``gpuhealth.io/profile`` label)."""
+    value = labels.get(PROFILE_LABEL) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def node_list(
@@ -273,9 +290,13 @@ def incident_list(
     return [_incident_from_row(row, extras) for row in rows]
 
 
-def event_count(conn: Connection, *, node: str | None = None, since: datetime | None = None) -> int:
+def event_count(
+    conn: Connection, *, node: str | None = None, since: datetime | None = None, kind: str | None = None
+) -> int:
     """How many events ``event_list`` would page through for these filters (rows: a repeat counts once)."""
     query = select(func.count()).select_from(events)
+    if kind is not None:
+        query = query.where(events.c.kind == kind)
     if node is not None:
         query = query.where(events.c.node == node)
     if since is not None:
@@ -290,6 +311,7 @@ def event_list(
     since: datetime | None = None,
     limit: int = 200,
     before: tuple[datetime, int] | None = None,
+    kind: str | None = None,
 ) -> list[Event]:
     """The newest ``limit`` events (optionally of one node, since a time, older than ``before``: the time
     and id of an event), returned oldest first."""
@@ -301,4 +323,6 @@ def event_list(
         query = query.where(events.c.node == node)
     if since is not None:
         query = query.where(events.c.at >= since)
+    if kind is not None:
+        query = query.where(events.c.kind == kind)
     return [event_from_row(row) for row in reversed(conn.execute(query).all())]

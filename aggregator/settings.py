@@ -27,7 +27,11 @@ from pydantic import (
 from aggregator.alert_settings import RouteSettings, SinkSettings
 from aggregator.peer_settings import PeerSettings
 from aggregator.remediator_settings import RemediatorSettings
+from checks.config import ChecksConfig
+from core.debounce import DebounceConfig
 from core.settings import SettingsError
+from remediation.plan.planner import RemediationPolicy
+from remediation.plan.profiles import ProfilesSettings, validate_all
 
 ENV_PREFIX = "GPUHEALTH_AGGREGATOR_"
 MIN_TOKEN_LENGTH = 32
@@ -200,6 +204,14 @@ class AggregatorSettings(BaseModel):
     cooldown_s: float = Field(
         default=3600.0, ge=0, description="After a node's permit ends, no new permit for it for this long."
     )
+    permit_settle_s: float = Field(
+        default=15.0,
+        ge=0,
+        description=(
+            "A node's permit waits until the node has been unhealthy this long, so the reports of a burst "
+            "arrive and trip the breaker before any capacity is taken (0: no wait)."
+        ),
+    )
     retention_events_days: float = Field(
         default=90.0, gt=0, description="Events older than this are pruned (never those of an open incident)."
     )
@@ -224,6 +236,11 @@ class AggregatorSettings(BaseModel):
         description="Breaker trips when more than this % of GPU nodes turned unhealthy within the window.",
     )
     breaker_window_s: float = Field(default=600.0, gt=0, description="The breaker's sliding window.")
+    profiles: ProfilesSettings = Field(
+        default_factory=ProfilesSettings,
+        description="The agents' behaviour profiles (the same section): each one's budget_share_percent "
+        "caps the permits its nodes hold; its name comes with each report.",
+    )
     breaker_min_nodes: int = Field(
         default=3, ge=1, description="The breaker never trips on fewer unhealthy nodes than this."
     )
@@ -282,7 +299,9 @@ class AggregatorSettings(BaseModel):
                 raise ValueError(f"{entry!r} is not an IP address or network") from exc
         return value
 
-    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", "remediator", "peers", mode="before")
+    @field_validator(
+        "alert_sinks", "alert_routes", "oidc_role_map", "remediator", "profiles", "peers", mode="before"
+    )
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -291,6 +310,15 @@ class AggregatorSettings(BaseModel):
             except ValueError as exc:
                 raise ValueError("must be JSON") from exc
         return value
+
+    @model_validator(mode="after")
+    def _profiles_resolve(self) -> AggregatorSettings:
+        # The agents refuse a profile naming an unknown key at load; so does the aggregator, that reads the
+        # same section (checked against the defaults: only the keys matter here).
+        validate_all(
+            self.profiles, checks=ChecksConfig(), debounce=DebounceConfig(), policy=RemediationPolicy()
+        )
+        return self
 
     @model_validator(mode="after")
     def _routes_name_sinks(self) -> AggregatorSettings:

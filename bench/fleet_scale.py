@@ -211,14 +211,12 @@ def start_aggregator(plane: Any, workdir: Path, identities: DemoIdentities) -> A
     its central remediator on the real API server (the admin's kubeconfig)."""
     kubeconfig = plane.write_kubeconfig(workdir / "remediator.kubeconfig")
     settings = {
-        "database_url": f"sqlite:///{workdir / 'aggregator.db'}",
         "sqlite_synchronous": "NORMAL",
         "token_file": str(identities.write_token_file(workdir / "tokens.json")),
         "report_interval_s": HEARTBEAT_S,
         "remediator": {"orchestrator": "kubernetes", "kubeconfig": str(kubeconfig), "name": "bench"},
     }
-    port = import_control_plane().free_port()
-    return AggregatorProcess(workdir, port, settings, identities.admin_token).start()
+    return AggregatorProcess(workdir, settings, identities.admin_token).start()
 
 
 def start_agents(  # noqa: PLR0917 - the parts of the stack made before the agents
@@ -268,8 +266,8 @@ def start_agents(  # noqa: PLR0917 - the parts of the stack made before the agen
 def resources(plane: Any, aggregator: AggregatorProcess, plan: Plan) -> dict[str, Any]:
     """Memory and CPU of every process of the stack, at the end of the run."""
     usage: dict[str, Any] = {p.name: process_usage(p.popen.pid) for p in plane.processes}
-    if aggregator.popen is not None:
-        usage["aggregator"] = process_usage(aggregator.popen.pid)
+    if aggregator.pid is not None:
+        usage["aggregator"] = process_usage(aggregator.pid)
     hosts = [process_usage(pid) for pid in child_pids(os.getpid(), "spawn_main")]
     per_host = plan.nodes / max(1, len(hosts))
     host_rss = sum(h["rss_mib"] for h in hosts)

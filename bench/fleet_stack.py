@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -32,13 +31,13 @@ from typing import Any
 
 import structlog
 import urllib3
-import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
+from sim.aggregator_child import AggregatorChild
 from sim.kube.fleet import gpu_node
 from sim.scenario.kube_orchestrator import SHARED_POOL_CONNECTIONS, kube_agent
 
@@ -51,7 +50,6 @@ NAMESPACE = "fleet-scale"
 DEPLOYMENT = "train"
 APP_LABEL = "gpuhealth.io/bench"
 CREATORS = 8
-START_TIMEOUT_S = 60.0
 
 
 def import_control_plane() -> Any:
@@ -273,54 +271,16 @@ class FleetWatcher:
 # --- the aggregator process ------------------------------------------------------------------------------
 
 
-@dataclass
-class AggregatorProcess:
-    """``python -m aggregator --config FILE`` on a loopback port, SQLite in ``workdir``."""
+class AggregatorProcess(AggregatorChild):
+    """The product's aggregator process (``sim/aggregator_child.py``) with the benchmark's admin token."""
 
-    workdir: Path
-    port: int
-    settings: dict[str, Any]
-    admin_token: str
-    popen: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, workdir: Path, settings: dict[str, Any], admin_token: str) -> None:
+        super().__init__(workdir, None, **settings)
+        self.admin_token = admin_token
 
     def start(self) -> AggregatorProcess:
-        config = self.workdir / "aggregator.yaml"
-        values = {"host": "127.0.0.1", "port": self.port, **self.settings}
-        config.write_text(yaml.safe_dump({"aggregator": values}))
-        log_file = (self.workdir / "aggregator.log").open("ab")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "aggregator", "--config", str(config), "--log-level", "warning"],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                tail = (self.workdir / "aggregator.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the aggregator exited ({self.popen.returncode}): {tail}")
-            with (
-                contextlib.suppress(urllib.error.URLError, OSError),
-                urllib.request.urlopen(f"{self.url}/readyz", timeout=5) as answer,  # noqa: S310 - loopback http
-            ):
-                if answer.status == 200:
-                    return self
-            time.sleep(0.2)
-        raise RuntimeError(f"the aggregator was not ready after {START_TIMEOUT_S:.0f} s")
-
-    def stop(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        super().start()
+        return self
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None

@@ -287,3 +287,13 @@ _WORKFLOWS: dict[int, Callable[[_Context], _Judgement]] = {
     154: _judge_154,
     **dict.fromkeys(range(144, 151), _judge_nvlink5),
 }
+
+
+def rejudge(finding: Finding, config: ChecksConfig) -> Finding:
+    """A recorded XID finding under another configuration's ``xid.overrides`` (the replay of a candidate
+    policy): the same override rule as a live judgement; any other finding is returned as it is."""
+    match = re.fullmatch(r"XID_(\d+)", finding.code)
+    if finding.check != CHECK or match is None or int(match.group(1)) not in config.xid.overrides:
+        return finding
+    action = config.xid.overrides[int(match.group(1))]
+    return finding.model_copy(update={"action": action, "status": status_for_action(action)})

@@ -231,7 +231,9 @@ class ActionTaken(_Wire):
     action: Annotated[str, Field(min_length=1, max_length=64)] = Field(
         description="What was done: condition, label, taint, cordon, drain, requeue, reset, reboot, release."
     )
-    result: Literal["ok", "failed", "skipped", "dry_run"] = "ok"
+    result: Literal["ok", "failed", "skipped", "dry_run", "shadow"] = Field(
+        default="ok", description="shadow: decided by a profile in shadow mode, recorded, not written."
+    )
     message: ShortText = ""
     incident_id: Annotated[str, Field(max_length=128)] | None = None
 
@@ -436,9 +438,18 @@ class PermitRefusal(_Wire):
     """Why a permit was refused (HTTP 409)."""
 
     code: Literal[
-        "breaker_tripped", "budget_exhausted", "cooldown", "unknown_node", "stale_node", "shared_cause"
+        "breaker_tripped",
+        "budget_exhausted",
+        "cooldown",
+        "unknown_node",
+        "stale_node",
+        "shared_cause",
+        "settling",
     ]
     reason: str
+    retry_after_s: float | None = Field(
+        default=None, description="When asking again may succeed (a settling node), in seconds; else null."
+    )
 
 
 class BreakerStatus(_Wire):
@@ -519,6 +530,12 @@ class NodeSummary(_Wire):
     reports_accepted: int
     incident_id: str | None
     hold: str | None
+    profile: str | None = Field(
+        default=None, description="The node's behaviour profile (its agent's report says; none: not set)."
+    )
+    interval_s: float | None = Field(
+        default=None, description="The agent's reading interval (what a replay steps its readings by)."
+    )
 
 
 class NodeDetail(NodeSummary):
@@ -629,6 +646,9 @@ class FleetSummary(_Wire):
     stale: list[str]
     breaker: BreakerStatus
     budget: BudgetStatus
+    profiles: dict[str, int] = Field(
+        default_factory=dict, description="Nodes per behaviour profile (nodes that report one)."
+    )
 
 
 class AuditEntry(_Wire):

@@ -235,6 +235,8 @@ class StepResult:
     attempts: int = 1
     # Started, not finished: the outcome comes with a later pass (a validation running in the background).
     pending: bool = False
+    # Decided and recorded only: a profile in shadow mode does not write it (remediation/plan/shadow.py).
+    shadow: bool = False
 
 
 @dataclass
@@ -245,4 +247,4 @@ class ApplyReport:
 
     @property
     def writes(self) -> int:
-        return sum(1 for result in self.results if result.ok)
+        return sum(1 for result in self.results if result.ok and not result.shadow)

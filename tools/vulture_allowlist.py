@@ -146,3 +146,10 @@ _.ecc_aggregate_uncorrected
 _.mtime  # tarfile.TarInfo: the member's time
 _.peer_findings  # NodeDetail: a response field (FastAPI serialises it)
 _.scenario_schema  # entry point of the group gpuhealth.schemas (sim/pyproject.toml)
+
+# --- The replay's counts: read by name (getattr over COUNTED) and serialised by as_dict ---------------------
+_.cordons  # gpuhealth.replay.engine.Counts
+_.requeues  # gpuhealth.replay.engine.Counts
+_.reboots  # gpuhealth.replay.engine.Counts
+_.budget_refusals  # gpuhealth.replay.engine.Counts
+_.exported_at  # gpuhealth.replay.history.History: part of the file format

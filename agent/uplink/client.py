@@ -83,10 +83,11 @@ class ServerError(AggregatorError):
 class PermitRefused(AggregatorError):
     """The permit was refused; ``code`` is breaker_tripped, budget_exhausted, cooldown, unknown_node..."""
 
-    def __init__(self, code: str, reason: str) -> None:
+    def __init__(self, code: str, reason: str, retry_after_s: float | None = None) -> None:
         super().__init__(f"permit refused ({code}): {reason}")
         self.code = code
         self.reason = reason
+        self.retry_after_s = retry_after_s
 
 
 class PermitLapsed(AggregatorError):
@@ -298,22 +299,29 @@ class AggregatorClient:
         return self._call("GET", f"/v1/nodes/{_segment(name)}", NodeDetail, retry=True)
 
     def events(
-        self, *, since: str | None = None, node: str | None = None, limit: int = 200, all_pages: bool = False
+        self,
+        *,
+        since: str | None = None,
+        node: str | None = None,
+        limit: int = 200,
+        all_pages: bool = False,
+        kind: str | None = None,
     ) -> list[Event]:
         """History, oldest first; ``since`` is a duration (``1h``) or an ISO time. The newest ``limit``
-        events, or with ``all_pages`` every one (pages of ``limit``, newest first, joined oldest first)."""
-        params = _params(since=since, node=node, limit=limit)
+        events, or with ``all_pages`` every one (pages of ``limit``, newest first, joined oldest first);
+        ``kind`` keeps one kind (``shadow``: the decisions of profiles in shadow mode)."""
+        params = _params(since=since, node=node, limit=limit, kind=kind)
         if not all_pages:
             return self._call_list("GET", "/v1/events", Event, params=params)
         pages = list(self._pages("/v1/events", Event, params))
         return [event for page in reversed(pages) for event in page]
 
     def events_found(
-        self, *, since: str | None = None, node: str | None = None, limit: int = 200
+        self, *, since: str | None = None, node: str | None = None, limit: int = 200, kind: str | None = None
     ) -> tuple[list[Event], bool, int | None]:
         """The newest ``limit`` events, oldest first, whether older ones exist (a next page), and how many
         match in all when the aggregator says (``X-Total-Count``; None from one that does not)."""
-        params = _params(since=since, node=node, limit=limit)
+        params = _params(since=since, node=node, limit=limit, kind=kind)
         answer = self._request("GET", "/v1/events", retry=True, params=params)
         if not isinstance(answer.json, list):
             raise ServerError("unexpected answer from the aggregator for /v1/events: not a list")
@@ -547,7 +555,9 @@ def _raise_for_status(response: httpx.Response, base_url: str) -> None:
     if code == 409:
         body = _json_or_empty(response)
         if "code" in body:
-            raise PermitRefused(str(body["code"]), str(body.get("reason", "")))
+            raise PermitRefused(
+                str(body["code"]), str(body.get("reason", "")), _seconds(body.get("retry_after_s"))
+            )
         raise PermitLapsed(_detail(response))
     if code >= 500:
         raise ServerError(f"aggregator at {base_url} failed (HTTP {code}): {_detail(response)}")
@@ -569,3 +579,10 @@ def _parse(model: type[Model], data: Any, path: str) -> Model:
         raise ServerError(
             f"unexpected answer from the aggregator for {path}: {exc.errors()[0]['msg']}"
         ) from exc
+
+
+def _seconds(value: object) -> float | None:
+    """A non-negative number of seconds from an answer's body, or None when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)

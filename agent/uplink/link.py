@@ -402,7 +402,7 @@ def actions_taken(
         ActionTaken(
             at=at,
             action=_action_name(result.step),
-            result="dry_run" if dry_run else "ok" if result.ok else "failed",
+            result="shadow" if result.shadow else "dry_run" if dry_run else "ok" if result.ok else "failed",
             message=result.detail[:1000],
             incident_id=incident_id,
         )

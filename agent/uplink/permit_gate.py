@@ -68,7 +68,18 @@ class PermitGate:
         self._renew_fraction = renew_fraction
         self._held: _Held | None = None
         self._next_ask = float("-inf")
+        self._soon: float | None = None
         self._log = log.bind(node=node)
+
+    def wake_in(self) -> float | None:
+        """Seconds until the aggregator said a refused permit may be granted (a settling node), or None.
+
+        The loop wakes then instead of after its whole interval, so a node waiting out the settle time is
+        drained when the wait ends, not a polling interval later."""
+        if self._soon is None or self._held is not None:
+            return None
+        left = self._soon - self._clock.monotonic()
+        return left if left > 0 else None  # past: the pass at that time asked again (or had no need to)
 
     @property
     def held(self) -> Permit | None:
@@ -124,11 +135,12 @@ class PermitGate:
                 self._node, action, incident_id=incident_id, ttl_s=self._ttl_s
             )
         except PermitRefused as exc:
-            self._denied("refused", exc, purpose, code=exc.code)
+            self._denied("refused", exc, purpose, code=exc.code, retry_after_s=exc.retry_after_s)
             return None
         except AggregatorError as exc:
             self._denied("aggregator_unavailable", exc, purpose, code=type(exc).__name__)
             return None
+        self._soon = None
         self._hold(permit)
         self._log.info("permit_granted", permit=permit.id, purpose=purpose, incident=incident_id)
         return permit
@@ -159,8 +171,13 @@ class PermitGate:
         now = self._clock.monotonic()
         self._held = _Held(permit=permit, renew_at=now + ttl * self._renew_fraction, expires_at=now + ttl)
 
-    def _denied(self, why: str, exc: Exception, purpose: str, *, code: str) -> None:
-        self._next_ask = self._clock.monotonic() + self._retry_s
+    def _denied(
+        self, why: str, exc: Exception, purpose: str, *, code: str, retry_after_s: float | None = None
+    ) -> None:
+        # A settling node may ask again sooner than the usual retry: the aggregator says when.
+        wait = self._retry_s if retry_after_s is None else min(self._retry_s, retry_after_s)
+        self._next_ask = self._clock.monotonic() + wait
+        self._soon = self._next_ask if retry_after_s is not None else None
         self._log.warning("permit_denied", why=why, code=code, purpose=purpose, error=str(exc))
 
 

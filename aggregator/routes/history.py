@@ -54,6 +54,7 @@ def router(ctx: AppContext) -> APIRouter:
         since: SinceQuery = None,
         limit: Annotated[int, Query(ge=1, le=queries.MAX_EVENTS)] = 200,
         continue_token: ContinueQuery = None,
+        kind: Annotated[str | None, Query(max_length=32, pattern=r"^[a-z_]+$")] = None,
     ) -> list[Event]:
         """History (state changes, findings, actions, permits, breaker, requests): the newest ``limit``
         events, oldest first; when there are older ones, the ``Link`` header (``rel="next"``) names the page
@@ -62,10 +63,10 @@ def router(ctx: AppContext) -> APIRouter:
         when = ctx.since(since)
         before = event_position(continue_token)
         with ctx.db.read() as conn:
-            page = queries.event_list(conn, node=node, since=when, limit=limit, before=before)
+            page = queries.event_list(conn, node=node, since=when, limit=limit, before=before, kind=kind)
             if before is None:
                 full = len(page) == limit
-                total = queries.event_count(conn, node=node, since=when) if full else len(page)
+                total = queries.event_count(conn, node=node, since=when, kind=kind) if full else len(page)
                 response.headers["X-Total-Count"] = str(total)
         oldest = [page[0].at.isoformat(), page[0].id] if len(page) == limit else None
         announce_next(request, response, oldest)

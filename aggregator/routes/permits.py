@@ -33,7 +33,7 @@ def router(ctx: AppContext) -> APIRouter:
                 ctx.audit(conn, caller, "permit_request", body.node, {"permit": decision.permit.id})
         if decision.refusal is not None:
             ctx.metrics.permit_decisions.labels(decision.refusal.code).inc()
-            return JSONResponse(decision.refusal.model_dump(mode="json"), status_code=409)
+            return JSONResponse(decision.refusal.model_dump(mode="json", exclude_none=True), status_code=409)
         ctx.metrics.permit_decisions.labels("granted").inc()
         return decision.permit
 

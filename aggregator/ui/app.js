@@ -122,6 +122,10 @@ function renderSummary(fleet) {
     if (count) parts.push(el("span", { class: `count-${name}`, "data-state": name, text: `${name} ${count}` }));
   }
   parts.push(el("span", { text: `open incidents ${fleet.open_incidents}` }));
+  const profiles = Object.entries(fleet.profiles || {}).sort(([a], [b]) => (a < b ? -1 : 1));
+  if (profiles.length) {
+    parts.push(el("span", { id: "profiles", text: `profiles: ${profiles.map(([name, count]) => `${name} ${count}`).join(", ")}` }));
+  }
   $("summary").replaceChildren(...parts);
   const breaker = fleet.breaker;
   const tripped = breaker.state === "tripped";
@@ -332,6 +336,16 @@ async function renderIncidents() {
   }));
 }
 
+// What profiles in shadow mode would have done, and why ("would have drained node-7 at 12:03: XID_79").
+async function renderShadow() {
+  const shadow = await api("/v1/events?kind=shadow&since=7d&limit=50");
+  $("shadow-count").textContent = `(${shadow.length})`;
+  $("shadow").replaceChildren(...[...shadow].reverse().map((event) => el("li", { "data-kind": "shadow", "data-node": event.node || "" },
+    el("time", { datetime: event.at, title: event.at, text: clock(event.at) }),
+    el("span", { text: ` ${event.message}` }),
+    event.count > 1 ? el("span", { class: "repeat", text: ` (x${event.count})` }) : "")));
+}
+
 async function renderAlerts() {
   const [alerts, silences] = await Promise.all([api("/v1/alerts?limit=20"), api("/v1/silences")]);
   $("alerts").replaceChildren(...alerts.map((alert) => el("tr", {},
@@ -405,8 +419,8 @@ async function refreshFleet() {
   const [fleet, grid] = await Promise.all([api("/v1/fleet"), api("/v1/fleet/grid")]);
   renderSummary(fleet);
   renderGrid(grid);
-  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined), renderPeers().catch(() => undefined),
-    renderReliability().catch(() => undefined)]);
+  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined), renderShadow().catch(() => undefined),
+    renderPeers().catch(() => undefined), renderReliability().catch(() => undefined)]);
   $("updated").textContent = `updated ${clock(new Date().toISOString())}`;
   window.gpuhealth.lastRefreshMs = performance.now() - started;
   window.gpuhealth.refreshes += 1;
@@ -418,7 +432,7 @@ async function refreshNode(name) {
   const node = await api(`/v1/nodes/${encodeURIComponent(name)}`);
   const incident = node.incident && node.incident.open ? node.incident : null;
   const action = incident ? incident.action : node.action;
-  $("node-title").textContent = `${node.name}: ${node.state}, action ${action}`;
+  $("node-title").textContent = `${node.name}${node.profile ? ` (profile ${node.profile})` : ""}: ${node.state}, action ${action}`;
   $("node-title").dataset.state = node.state;
   const inIncident = new Set(incident ? incident.gpus.map((gpu) => gpu.uuid) : []);
   $("node-gpus").replaceChildren(el("tr", {}, ...["#", "model", "serial", "PCI", "UUID", "status"].map((text) => el("th", { text }))),

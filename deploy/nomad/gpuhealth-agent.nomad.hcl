@@ -166,6 +166,9 @@ job "gpuhealth-agent" {
         # requests to the servers over its own connection, so the agent needs no route to them. (The Task
         # API socket in the secrets directory would avoid the network, but the agent's client speaks TCP.)
         GPUHEALTH_NOMAD__ADDRESS = "http://${attr.unique.network.ip-address}:4646"
+        # What the node is, for choosing its behaviour profile (profiles below; docs/turning-on-safely.md).
+        GPUHEALTH_NODE_GROUP__NODE_POOL  = "${node.pool}"
+        GPUHEALTH_NODE_GROUP__NODE_CLASS = "${node.class}"
       }
 
       # The agent's settings (keys: docs/agent.md). GPUHEALTH_* variables override any of them.
@@ -202,6 +205,20 @@ job "gpuhealth-agent" {
           #   max_attempts: 2
           #   reboot:
           #     mode: "off"
+          # Behaviour profiles per node group (docs/turning-on-safely.md): a node picks the profile whose
+          # match its node pool, class (from the env above) and metadata satisfy; give the aggregator's job
+          # the same section for each profile's budget_share_percent. None: every node runs the settings above.
+          # profiles:
+          #   definitions:
+          #     canary:
+          #       mode: drain
+          #       match: {node_pool: canary}
+          #       shadow: true
+          #       shadow_writes: quarantine
+          #       budget_share_percent: 20
+          #     main:
+          #       mode: quarantine
+          #       match: {node_pool: default}
           aggregator:
             token_file: /secrets/nomad_gpuhealth-aggregator.jwt
             ca_file: /secrets/aggregator-ca.pem

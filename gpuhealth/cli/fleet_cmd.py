@@ -77,6 +77,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     events.add_argument(
         "--all", action="store_true", help="every event since --since, page after page (--limit per page)"
     )
+    events.add_argument(
+        "--shadow",
+        action="store_true",
+        help="only the decisions of profiles in shadow mode (what would have been done, and why)",
+    )
     events.set_defaults(handler=run_events)
 
     quarantine = subparsers.add_parser(
@@ -432,11 +437,16 @@ def run_events(args: argparse.Namespace) -> int:
     except TimeSpecError as exc:
         raise CliError(f"--since: {exc}", 2) from exc
     more, total = False, None
+    kind = "shadow" if args.shadow else None
     with _client(args) as client:
         if args.all:
-            events = client.events(since=args.since, node=args.node, limit=args.limit, all_pages=True)
+            events = client.events(
+                since=args.since, node=args.node, limit=args.limit, all_pages=True, kind=kind
+            )
         else:
-            events, more, total = client.events_found(since=args.since, node=args.node, limit=args.limit)
+            events, more, total = client.events_found(
+                since=args.since, node=args.node, limit=args.limit, kind=kind
+            )
     if args.json:
         _print_json(events)
     else:
@@ -578,6 +588,9 @@ def print_summary(summary: FleetSummary, now: datetime) -> None:
     _print_breaker_line(console, summary.breaker, now)
     budget = summary.budget
     console.print(f"budget: {budget.in_use} of {budget.limit} permits in use")
+    if summary.profiles:
+        counts = ", ".join(f"{name} {count}" for name, count in sorted(summary.profiles.items()))
+        console.print("profiles: " + escape(counts))
     if summary.quarantined:
         console.print("[red]quarantined or held:[/] " + escape(", ".join(summary.quarantined)))
     if summary.stale:
@@ -613,7 +626,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
     console.print(
         Text.assemble(
             (detail.name, "bold"),
-            f" ({detail.orchestrator}): ",
+            f" ({detail.orchestrator}" + (f", profile {detail.profile}" if detail.profile else "") + "): ",
             _state(detail.state),
             f" action {action.value}" + (" (its incident's)" if incident and action != detail.action else ""),
             f", last report {_when(detail.last_report_at, now)}",

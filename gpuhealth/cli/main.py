@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         fleet_cmd,
         incidents_cmd,
         plugins,
+        replay_cmd,
         report_cmd,
         snapshot_cmd,
     )
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         diag_cmd,
         audit_cmd,
         aggregator_cmd,
+        replay_cmd,
         report_cmd,
         evidence_cmd,
     )

@@ -107,6 +107,7 @@ class FakeNvml:
         self._events_changed = threading.Condition(self._lock)
         self._event_sets: list[FakeEventSet] = []
         self._init_count = 0
+        self._waits_interrupted = False
         self._init_failure: int | None = nvml.NVML_ERROR_LIBRARY_NOT_FOUND if driver_missing else None
         self.calls: Counter[str] = Counter()
         self.xid_history: list[InjectedXid] = []
@@ -479,6 +480,8 @@ class FakeNvml:
             self._check_event_set(eventSet)
             deadline = time.monotonic() + timeoutms / 1000.0
             while not eventSet.pending:
+                if self._waits_interrupted:
+                    _raise(nvml.NVML_ERROR_UNINITIALIZED)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     _raise(nvml.NVML_ERROR_TIMEOUT)
@@ -489,6 +492,14 @@ class FakeNvml:
             if isinstance(item, FakeDeviceHandle):
                 _raise(nvml.NVML_ERROR_GPU_IS_LOST)
             return item
+
+    def interrupt_waits(self) -> None:
+        """End every ``nvmlEventSetWait`` now and from now on with NVML_ERROR_UNINITIALIZED (as after the
+        driver went away): a fleet of fakes whose XID watchers wait long (``sim.scenario.agents``) calls it
+        before stopping its agents, so that no watcher thread has to wait out its timeout."""
+        with self._events_changed:
+            self._waits_interrupted = True
+            self._events_changed.notify_all()
 
     def nvmlEventSetFree(self, eventSet: FakeEventSet) -> None:
         with self._events_changed:

@@ -36,12 +36,13 @@ HEARTBEATS_PER_INTERVAL = 5.0
 THREADED_UP_TO = 64  # larger fleets are ticked by a pool (thousands of threads starve one interpreter)
 
 
-# The XID watcher waits on NVML at most 0.2 s at a time so that it stops promptly. Real NVML waits in C
-# without the interpreter lock; the fake waits in Python, so a thousand watchers in one process wake five
-# thousand times a second only to time out, and those wake-ups alone kept the burst's passes, the
-# aggregator and the timeline off the interpreter. A pooled fleet's fake NVML therefore waits longer per
-# call (an XID still ends the wait at once), staying under the watcher's 1 s stop join.
-POOLED_EVENT_WAIT_MS = 900
+# The XID watcher waits on NVML at most 0.1 s at a time so that it stops promptly. Real NVML waits in C
+# without the interpreter lock; the fake waits in Python, so a thousand watchers in one process wake ten
+# thousand times a second only to time out. At 0.9 s per wait they still cost a host 230 us of CPU a second
+# per agent, more than its polled passes, and at 2,500 agents per host the wake-ups alone took most of a
+# core. A pooled fleet's fake NVML therefore waits half a minute per call (an XID still ends the wait at
+# once); stopping the fleet interrupts every wait first (``RunningFleet.stop``), so no watcher waits it out.
+POOLED_EVENT_WAIT_MS = 30_000
 
 
 class PooledFleetNvml(FakeNvml):
@@ -146,6 +147,8 @@ class RunningFleet:
     def stop(self) -> None:
         if self.ticker is not None:
             self.ticker.stop()
+        for node in self.nodes:  # the XID watchers' long waits end now, not at their timeout
+            node.nvml.interrupt_waits()
         stop_agents(self.nodes)
 
 

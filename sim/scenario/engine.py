@@ -14,11 +14,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent.settings import AgentSettings
-from aggregator.remediator import DrainFactory
-from sim.aggregator_process import AggregatorServer
+from sim.aggregator_child import AggregatorChild
+from sim.aggregator_process import AggregatorStartError
 from sim.scenario.agents import (
     AgentFleet,
     agent_settings,
@@ -141,8 +141,8 @@ def run_scenario(
         observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
         names = orchestrator.start(scenario.fleet.nodes, scenario.fleet.gpus_per_node)
         identities = DemoIdentities.fresh(names)
-        central = orchestrator.central_drains()
-        aggregator = _start_aggregator(scenario, workdir, receiver, identities, central)
+        remediator = orchestrator.central_remediator(workdir)
+        aggregator = _start_aggregator(scenario, workdir, receiver, identities, remediator)
         stack.callback(aggregator.stop)
         # The demo's admin token is made for this run and dies with it; a fragment never reaches a server log.
         page_url = f"{aggregator.url}/ui/#token={identities.admin_token}"
@@ -213,9 +213,10 @@ def _start_aggregator(
     workdir: Path,
     receiver: AlertReceiver,
     identities: DemoIdentities,
-    central: DrainFactory | None,
-) -> AggregatorServer:
-    """The demo's aggregator; with ``central``, its remediator drains and requeues (the chart's default)."""
+    remediator: dict[str, Any] | None,
+) -> AggregatorChild:
+    """The demo's aggregator, a process of its own as in a cluster; with ``remediator``, its central
+    remediator drains and requeues (the chart's default)."""
     knobs = scenario.fleet.aggregator
     sink = {
         "name": "demo-receiver",
@@ -226,17 +227,19 @@ def _start_aggregator(
         "rate_per_minute": 6000.0,
         "burst": 100,
     }
-    server = AggregatorServer(
-        workdir / "aggregator.db",
+    server = AggregatorChild(
+        workdir,
         None,  # no shared token: each agent has its own, the on-call side an admin's
-        drain_for=central,
-        remediator={"name": "demo-remediator", "poll_s": 0.1},
-        token_file=identities.write_token_file(workdir / "tokens.json"),
+        remediator=remediator or {"orchestrator": "off"},
+        token_file=str(identities.write_token_file(workdir / "tokens.json")),
         sqlite_synchronous="NORMAL",  # a throw-away database: a crash loses nothing that matters
         alert_sinks=[sink],
         **{**knobs.model_dump(), "stale_after_intervals": stale_after_intervals(scenario)},
     )
-    return server.start()
+    try:
+        return server.start()
+    except AggregatorStartError as exc:
+        raise ScenarioRunError(str(exc)) from None
 
 
 def stale_after_intervals(scenario: Scenario) -> float:
@@ -256,7 +259,7 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
     scenario: Scenario,
     orchestrator: Orchestrator,
     names: list[str],
-    aggregator: AggregatorServer,
+    aggregator: AggregatorChild,
     workdir: Path,
     observer: Observer,
     identities: DemoIdentities,
@@ -317,7 +320,7 @@ def _start_fleet(  # noqa: PLR0917 - each part of the fleet is a distinct collab
     return fleet
 
 
-def _wait_known(aggregator: AggregatorServer, token: str, count: int, timeout_s: float) -> None:
+def _wait_known(aggregator: AggregatorChild, token: str, count: int, timeout_s: float) -> None:
     """Until the aggregator has a report from every node (the breaker's and budget's denominator)."""
     deadline = time.monotonic() + timeout_s
     with aggregator.client(token) as client:
@@ -335,7 +338,7 @@ class _Player:
         scenario: Scenario,
         world: World,
         fleet: AgentFleet,
-        aggregator: AggregatorServer,
+        aggregator: AggregatorChild,
         observer: Observer,
         *,
         look_every_s: float = LOOK_EVERY_S,

@@ -18,15 +18,12 @@ from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
-from aggregator.remediator import DrainFactory
 from core.clock import RealClock
-from remediation.kubernetes.central import CentralDrains
 from remediation.kubernetes.names import CORDONED_ANNOTATION, STATE_LABEL, TAINT_KEY
-from remediation.kubernetes.requeue.decisions import RequeuePolicy
 from sim.fakes.nvml import FakeNvml
 from sim.kube.fleet import build_fleet
 from sim.kube.harness import KubeSim
-from sim.kube.kubeconfig import DUMMY_TOKEN
+from sim.kube.kubeconfig import DUMMY_TOKEN, write_kubeconfig
 from sim.kube.podresources import PodResourcesServer
 from sim.scenario.agents import DEMO_DRAIN
 from sim.scenario.model import InferenceService, Role, TrainingJob, Workloads
@@ -86,7 +83,6 @@ class KubernetesOrchestrator:
         self._gangs: list[frozenset[str]] = []  # the training job's pod UIDs, one set per gang seen running
         self._client: client.ApiClient | None = None
         self._kubelets: list[PodResourcesServer] = []  # PodResources per node, for a partial drain
-        self._central: CentralDrains | None = None
 
     @property
     def sim(self) -> KubeSim:
@@ -104,9 +100,6 @@ class KubernetesOrchestrator:
         for kubelet in self._kubelets:
             kubelet.stop()
         self._kubelets.clear()
-        if self._central is not None:
-            self._central.close()
-            self._central = None
         if self._client is not None:
             shared: Any = self._client  # the client's close() carries no annotations
             shared.close()
@@ -127,12 +120,17 @@ class KubernetesOrchestrator:
     def connector(self) -> KubeConnector:
         return KubeConnector(self.sim.url, DUMMY_TOKEN)
 
-    def central_drains(self) -> DrainFactory:
-        """Drains with a client of the remediator's own (the aggregator's ServiceAccount in a cluster)."""
-        if self._central is None:
-            own_client = self.sim.api_client()
-            self._central = CentralDrains(own_client, DEMO_DRAIN, RequeuePolicy(), owns_client=True)
-        return self._central.drain_for
+    def central_remediator(self, workdir: Path) -> dict[str, Any]:
+        """The aggregator's ``remediator:`` section: drains on the emulator with a kubeconfig of its own
+        (the aggregator's ServiceAccount in a cluster)."""
+        kubeconfig = write_kubeconfig(workdir / "remediator.kubeconfig", self.sim.url)
+        return {
+            "orchestrator": "kubernetes",
+            "kubeconfig": str(kubeconfig),
+            "name": "demo-remediator",
+            "poll_s": 0.1,
+            "drain": DEMO_DRAIN.model_dump(mode="json"),
+        }
 
     def _shared_client(self) -> client.ApiClient:
         if self._client is None:

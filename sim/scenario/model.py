@@ -66,6 +66,9 @@ class AggregatorKnobs(_Strict):
     breaker_window_s: Duration = Field(default=600.0, description="The breaker's sliding window.")
     breaker_min_nodes: int = Field(default=3, ge=1, description="The breaker never trips on fewer nodes.")
     cooldown_s: Duration = Field(default=3600.0, description="No new permit for a node this long after one.")
+    permit_settle_s: Duration = Field(
+        default=2.0, description="A node's first permit waits until it has been unhealthy this long."
+    )
     alert_poll_s: Duration = Field(default=0.2, description="How often alerts are looked for and sent.")
     stale_after_intervals: float = Field(
         default=10.0, gt=0, description="A node silent for this many of its report intervals is stale."
@@ -650,7 +653,7 @@ _AGENT_TIMES = (
     "recovery_backoff_s",
     "reboot_deadline_s",
 )
-_AGGREGATOR_TIMES = ("breaker_window_s", "cooldown_s")
+_AGGREGATOR_TIMES = ("breaker_window_s", "cooldown_s", "permit_settle_s")
 
 
 def _scaled(model: _Strict, names: tuple[str, ...], factor: float) -> dict[str, float]:

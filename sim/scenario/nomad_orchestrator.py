@@ -20,6 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent.backends.nvml.seam import NvmlLibrary
@@ -117,7 +118,7 @@ class NomadOrchestrator:
     def connector(self) -> NomadConnector:
         return NomadConnector({name: self.sim.client_address(name) for name in self._names})
 
-    def central_drains(self) -> None:
+    def central_remediator(self, workdir: Path) -> None:
         """None: on Nomad the agents still drain their own node (docs/nomad.md, "Least privilege")."""
         return
 

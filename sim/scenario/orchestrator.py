@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.backends.nvml.seam import NvmlLibrary
 from agent.loop import Agent
 from agent.settings import AgentSettings
-from aggregator.remediator import DrainFactory
 from sim.scenario.model import Role, Workloads
 
 if TYPE_CHECKING:
@@ -61,9 +61,9 @@ class Orchestrator(Protocol):
         when they must run in this one."""
         ...
 
-    def central_drains(self) -> DrainFactory | None:
-        """The central remediator's drains on this orchestrator (the aggregator's own credentials), or None
-        where the agents drain themselves."""
+    def central_remediator(self, workdir: Path) -> dict[str, Any] | None:
+        """The aggregator's ``remediator:`` section for central drains on this orchestrator (its own
+        credentials, written under ``workdir``), or None where the agents drain themselves."""
         ...
 
     def start_workloads(self, workloads: Workloads, timeout_s: float) -> None:

@@ -27,7 +27,10 @@ def test_agent_round_trip_report_permit_renew_release_and_requests(
     start_aggregator: StartAggregator, tmp_path: Path
 ) -> None:
     live = start_aggregator(
-        database_url=f"sqlite:///{tmp_path / 'a.db'}", budget_max_nodes=1, budget_min_nodes=1
+        database_url=f"sqlite:///{tmp_path / 'a.db'}",
+        budget_max_nodes=1,
+        budget_min_nodes=1,
+        permit_settle_s=0,  # the settle wait has its own tests (test_agg_permits, test_link)
     )
     with AggregatorClient(live.url, TOKEN) as client:
         ack = client.report(Report.model_validate(report("node-1", 1, "unhealthy", incident="inc-1")))

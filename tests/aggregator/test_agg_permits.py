@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from core.clock import ManualClock
@@ -82,7 +83,7 @@ def test_renew_extends_an_active_permit_and_a_lapsed_one_cannot_be_revived(
 def test_release_is_idempotent_and_starts_the_cooldown_except_within_one_incident(
     make_client: MakeClient, clock: ManualClock
 ) -> None:
-    client = make_client(cooldown_s=600)
+    client = make_client(cooldown_s=600, permit_settle_s=0)
     seed(client, 1)
     permit = ask(client, "node-0", incident="inc-1").json()
     for _ in range(2):
@@ -110,7 +111,9 @@ def test_unknown_and_stale_nodes_get_no_permit(client: TestClient, clock: Manual
 def test_breaker_trips_when_too_many_nodes_turn_unhealthy_and_holds_until_reset(
     make_client: MakeClient, clock: ManualClock
 ) -> None:
-    client = make_client(breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3)
+    client = make_client(
+        breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3, permit_settle_s=0
+    )
     seed(client, 10)
     for number in range(2):  # 20 %: not more than the threshold
         client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
@@ -167,7 +170,9 @@ def test_many_nodes_reporting_the_whole_fabric_down_are_one_shared_cause_not_dra
 ) -> None:
     """Below the breaker's percentage, yet three nodes with the whole fabric down trip it: one cause (the
     subnet manager), not three nodes to drain one by one; the second is already refused as a shared cause."""
-    client = make_client(breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3)
+    client = make_client(
+        breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3, permit_settle_s=0
+    )
     seed(client, 20)
     client.post("/v1/reports", json=fabric_down("node-0", 2), headers=AUTH)
     assert ask(client, "node-0").status_code == 201  # one node alone: perhaps its own cables
@@ -179,3 +184,101 @@ def test_many_nodes_reporting_the_whole_fabric_down_are_one_shared_cause_not_dra
     assert breaker["state"] == "tripped"
     assert "3 nodes report the whole InfiniBand fabric down (IB_FABRIC_DOWN)" in breaker["reason"]
     assert ask(client, "node-2").json()["code"] == "breaker_tripped"
+
+
+def test_a_burst_trips_the_breaker_before_its_first_node_settles_so_no_permit_is_granted(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    """The first node of a burst asks at once: it is told to wait the settle time; meanwhile the others report,
+    the breaker trips, and when it asks again it is refused by the breaker: no capacity was taken."""
+    client = make_client(breaker_threshold_percent=20, breaker_min_nodes=3, permit_settle_s=15)
+    seed(client, 10)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy", incident="inc-0"), headers=AUTH)
+    first = ask(client, "node-0", "inc-0")
+    assert (first.status_code, first.json()["code"]) == (409, "settling")
+    assert first.json()["retry_after_s"] == 15.0
+    assert "waits 15 s after the node turned unhealthy" in first.json()["reason"]
+    assert ask(client, "node-0", "inc-0").json()["retry_after_s"] == 15.0  # the manual clock has not moved
+    clock.advance(4)
+    assert ask(client, "node-0", "inc-0").json()["retry_after_s"] == 11.0
+    for number in (1, 2):
+        client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "breaker_tripped"  # checked before the wait
+    clock.advance(11)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "breaker_tripped"
+    granted = [
+        e for e in client.get("/v1/events?limit=1000", headers=AUTH).json() if e["kind"] == "permit_granted"
+    ]
+    assert granted == []
+
+
+def test_a_lone_failure_is_granted_once_settled_and_its_escalation_does_not_wait_again(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client(permit_settle_s=15, cooldown_s=3600)
+    seed(client, 10)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy", incident="inc-0"), headers=AUTH)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "settling"
+    clock.advance(15)
+    permit = ask(client, "node-0", "inc-0")
+    assert permit.status_code == 201, permit.text
+    client.post(f"/v1/permits/{permit.json()['id']}/release", headers=AUTH)
+    again = ask(client, "node-0", "inc-0")  # the same incident escalates (reset, then reboot): no new wait
+    assert again.status_code == 201, again.text
+
+
+def test_a_healthy_node_and_a_zero_settle_time_never_wait(make_client: MakeClient) -> None:
+    client = make_client(permit_settle_s=0, budget_max_nodes=2, budget_max_percent=100)
+    seed(client, 2)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy"), headers=AUTH)
+    assert ask(client, "node-0").status_code == 201
+    settling = make_client(permit_settle_s=15, budget_max_nodes=2, budget_max_percent=100)
+    assert ask(settling, "node-1").status_code == 201  # healthy (a planned reboot): nothing to settle
+
+
+def test_a_profile_holds_at_most_its_share_of_the_budget_and_leaves_the_rest_to_the_fleet(
+    make_client: MakeClient,
+) -> None:
+    """Budget 4 (of 10 nodes); profile canary has a 25 % share: its second node is refused, others are not."""
+    profiles = {
+        "definitions": {
+            "canary": {"mode": "drain", "match": {"labels": {"pool": "canary"}}, "budget_share_percent": 25}
+        }
+    }
+    client = make_client(budget_max_nodes=4, budget_max_percent=100, profiles=profiles)
+    for number in range(10):
+        body = report(f"node-{number}", 1)
+        body["labels"] = {"gpuhealth.io/profile": "canary" if number < 3 else "default"}
+        assert client.post("/v1/reports", json=body, headers=AUTH).status_code == 200
+    answers = [ask(client, f"node-{n}") for n in (0, 1, 3, 4)]
+    assert [a.status_code for a in answers] == [201, 409, 201, 201]
+    assert answers[1].json() == {
+        "code": "budget_exhausted",
+        "reason": "profile canary's share exhausted: 1 of 1 permits (25 % of 4)",
+    }
+
+
+def test_the_aggregator_refuses_a_profile_naming_an_unknown_key_in_one_line(tmp_path: Any) -> None:
+    from aggregator.settings import load_settings
+    from core.settings import SettingsError
+
+    path = tmp_path / "aggregator.yaml"
+    path.write_text(
+        "aggregator:\n  allow_anonymous: true\n  profiles:\n    definitions:\n"
+        "      canary: {mode: drain, match: {labels: {a: b}}, debounce: {polled_bad_reading: 2}}\n"
+    )
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path, environ={})
+    assert "profiles.definitions.canary.debounce.polled_bad_reading: Extra inputs are not permitted" in str(
+        caught.value
+    )
+    assert "\n" not in str(caught.value)
+
+
+def test_the_aggregators_profiles_may_come_from_the_environment_as_json() -> None:
+    from aggregator.settings import load_settings
+
+    profiles = '{"definitions": {"canary": {"mode": "drain", "match": {"labels": {"a": "b"}}, "budget_share_percent": 20}}}'
+    environ = {"GPUHEALTH_AGGREGATOR_PROFILES": profiles, "GPUHEALTH_AGGREGATOR_ALLOW_ANONYMOUS": "true"}
+    settings = load_settings(environ=environ)
+    assert settings.profiles.definitions["canary"].budget_share_percent == 20

@@ -88,7 +88,7 @@ def remediator(db: Database, clock: ManualClock, name: str, drains: Drains) -> R
 
 def ordered_drain(make_client: MakeClient) -> tuple[Any, int]:
     """The node reported an incident, took a permit and ordered its drain; returns the client and permit."""
-    api = make_client()
+    api = make_client(permit_settle_s=0)  # the settle wait before a first permit has its own tests
     assert api.post(
         "/v1/reports", json=report(NODE, 1, "unhealthy", incident="inc-1"), headers=AUTH
     ).is_success

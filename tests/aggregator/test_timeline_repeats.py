@@ -43,7 +43,7 @@ def _get(client: TestClient, path: str, **params: Any) -> Any:
 def test_a_refusal_repeated_every_pass_is_one_row_with_a_count_and_a_range(
     make_client: MakeClient, clock: ManualClock
 ) -> None:
-    client = make_client(budget_max_nodes=0, budget_min_nodes=0)
+    client = make_client(budget_max_nodes=0, budget_min_nodes=0, permit_settle_s=0)
     _opened_with_marks(client, clock)
     first = clock.now()
     for _ in range(30):

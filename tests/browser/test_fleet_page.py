@@ -394,3 +394,34 @@ def test_a_thousand_long_names_stay_whole_and_the_grid_is_grouped(
     )
     assert cut == 0
     assert float(str(page(browser, "return window.gpuhealth.lastRefreshMs") or 0)) < 10_000
+
+
+# --- behaviour profiles and shadow decisions ---------------------------------------------------------------
+
+WOULD = "would have drained node-a at 12:03:00: XID_79"
+
+
+@pytest.fixture
+def profiled(tmp_path: Path) -> Iterator[LiveAggregator]:
+    aggregator = LiveAggregator(tmp_path / "aggregator.db", ManualClock(start=utc_now()), TOKEN).start()
+    now = utc_now().isoformat()
+    try:
+        with httpx.Client(base_url=aggregator.url, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            shadow = {"at": now, "action": "drain", "result": "shadow", "message": WOULD}
+            for name, profile, state in (("node-a", "canary", "unhealthy"), ("node-b", "main", "healthy")):
+                body = report(name, 1, state, incident="inc-a" if state == "unhealthy" else None)
+                body |= {"labels": {"gpuhealth.io/profile": profile}, "sent_at": now}
+                body["actions"] = [shadow] if name == "node-a" else []
+                assert client.post("/v1/reports", json=body).status_code == 200
+        yield aggregator
+    finally:
+        aggregator.stop()
+
+
+def test_the_page_shows_profiles_and_shadow_decisions(browser: object, profiled: LiveAggregator) -> None:
+    signed_in(browser, profiled.url)
+    assert wait_until(lambda: "profiles: canary 1, main 1" in text_of(browser, "summary"))
+    assert wait_until(lambda: WOULD in text_of(browser, "shadow"))
+    assert text_of(browser, "shadow-count") == "(1)"
+    page(browser, "window.location.hash = '#/node/node-a';")
+    assert wait_until(lambda: text_of(browser, "node-title").startswith("node-a (profile canary): "))

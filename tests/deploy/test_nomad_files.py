@@ -524,3 +524,16 @@ def test_the_install_steps_apply_every_acl_policy_the_jobs_need() -> None:
         re.findall(r"nomad acl policy apply [^\n]*\\\n[^\n]*?(deploy/nomad/\S+\.policy\.hcl)", install)
     )
     assert applied == {path.relative_to(REPO_ROOT).as_posix() for path in NOMAD_DIR.glob("*.policy.hcl")}
+
+
+def test_agent_passes_its_node_pool_and_class_for_choosing_its_profile(
+    agent: AgentJob, tmp_path: Path, clean_environment: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job hands the node's pool and class to the agent (Nomad interpolates them), which picks its
+    behaviour profile with them: the variables are settings the agent knows."""
+    assert agent.env["GPUHEALTH_NODE_GROUP__NODE_POOL"] == "${node.pool}"
+    assert agent.env["GPUHEALTH_NODE_GROUP__NODE_CLASS"] == "${node.class}"
+    monkeypatch.setenv("GPUHEALTH_NODE_GROUP__NODE_POOL", "canary")
+    monkeypatch.setenv("GPUHEALTH_NODE_GROUP__NODE_CLASS", "h100")
+    settings = load_settings()
+    assert (settings.node_group.node_pool, settings.node_group.node_class) == ("canary", "h100")

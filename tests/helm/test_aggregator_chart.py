@@ -275,6 +275,7 @@ def test_the_settings_keys_of_the_schema_are_the_aggregators_settings() -> None:
     chart_set |= {"metrics_token", "metrics_token_file", "allow_plain_http"}
     chart_set |= {"tls_cert_file", "tls_key_file", "tls_client_ca_file"}
     chart_set |= {"remediator"}  # from drain.* (the central remediator)
+    chart_set |= {"profiles"}  # from the top-level profiles value, shared with the agents
     assert allowed == set(AggregatorSettings.model_fields) - chart_set
 
 

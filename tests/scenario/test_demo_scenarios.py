@@ -115,7 +115,7 @@ timeline:
 expectations:
   - {name: rebooted, kind: timeline, target: {injection: lost}, actions: [drain, reboot, validate], by: 12s}
   - {name: released, kind: node_state, target: {injection: lost}, states: [healthy], after: 1.5s, by: 12s}
-  - {name: never reset, kind: timeline, target: {injection: lost}, actions: [reset], by: 4s}
+  - {name: never reset, kind: timeline, target: {injection: lost}, actions: [reset], by: 7s}
 """
 
 

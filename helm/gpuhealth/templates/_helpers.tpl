@@ -71,6 +71,9 @@ app.kubernetes.io/part-of: gpuhealth
 {{- include "gpuhealth.drainConfig" (list . $config) }}
 {{- include "gpuhealth.gpuQuarantineConfig" (list . $config) }}
 {{- include "gpuhealth.featureConfig" (list . $config) }}
+{{- if .Values.profiles.definitions }}
+{{- $_ := set $config "profiles" (deepCopy .Values.profiles) }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -466,6 +469,9 @@ tlsConfig:
 {{/* The aggregator's configuration file: its own settings, with what the pod spec decides set by the chart. */}}
 {{- define "gpuhealth.aggregator.configFile" -}}
 {{- $settings := deepCopy .Values.aggregator.settings }}
+{{- if .Values.profiles.definitions }}
+{{- $_ := set $settings "profiles" (deepCopy .Values.profiles) }}
+{{- end }}
 {{- $_ := set $settings "host" "0.0.0.0" }}
 {{- $_ = set $settings "port" (int .Values.aggregator.port) }}
 {{- $secrets := include "gpuhealth.aggregator.secretsDir" . }}

@@ -478,3 +478,33 @@ def test_a_report_refused_for_good_is_set_aside_and_the_next_ones_still_go(
         agent.close()
     finally:
         live.stop()
+
+
+def test_a_settling_node_is_told_when_to_ask_again_and_the_loop_wakes_then(
+    tmp_path: Path, clock: ManualClock, nvml: FakeNvml
+) -> None:
+    """XID 79: the aggregator answers ``settling`` with the seconds left; the gate asks again after those
+    (not after its whole retry_s) and the loop's next wait is that short, then the permit is granted."""
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, permit_settle_s=15.0).start()
+    agent = make_agent(tmp_path, clock, live.url, nvml, permit_retry_s=60.0)
+    agent.interval_s = 30.0
+    try:
+        agent.tick()
+        link_of(agent).deliver()  # the aggregator knows the node
+        inject_xid(agent, nvml)
+        clock.advance(1)
+        incident = agent.tick().health.incident
+        assert incident is not None
+        link_of(agent).deliver()
+        gate = agent.parts.permits  # the gate the loop consults for its next wake
+        assert gate is not None
+        assert gate.acquire("drain", incident.id) is None
+        assert gate.wake_in() == pytest.approx(15.0, abs=0.5)
+        assert agent._next_wait() == pytest.approx(15.0, abs=0.5)  # not the 60 s retry, not the interval
+        clock.advance(15.5)
+        assert gate.wake_in() is None
+        assert agent._next_wait() == agent.interval_s
+        assert gate.acquire("drain", incident.id) is not None
+    finally:
+        agent.close()
+        live.stop()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
 import pynvml
-import pytest
 
 from agent.backends.nvml import seam as nvml
+from agent.backends.nvml.xid_watcher import XidWatcher
 from sim.fakes.structs import FakeEventSet
 from sim.scenario.agents import POOLED_EVENT_WAIT_MS, PooledFleetNvml
 
@@ -23,11 +24,25 @@ def watched() -> tuple[PooledFleetNvml, FakeEventSet]:
 
 
 def test_an_idle_wait_lasts_the_pooled_wait_not_the_watchers_short_one() -> None:
+    """Asked for 0.2 s, the wait is still going 1 s later (the pooled wait is half a minute)."""
     library, event_set = watched()
-    began = time.monotonic()
-    with pytest.raises(pynvml.NVMLError_Timeout):
-        library.nvmlEventSetWait(event_set, 200)
-    assert POOLED_EVENT_WAIT_MS / 1000 - 0.05 <= time.monotonic() - began < 5.0
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            library.nvmlEventSetWait(event_set, 200)
+        except pynvml.NVMLError as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive() and outcome == []
+    library.interrupt_waits()
+    waiter.join(5.0)
+    assert not waiter.is_alive()
+    assert [type(exc) for exc in outcome] == [pynvml.NVMLError_Uninitialized]
+    assert POOLED_EVENT_WAIT_MS >= 10_000
 
 
 def test_an_xid_after_the_watchers_short_wait_still_ends_the_same_wait() -> None:
@@ -38,6 +53,18 @@ def test_an_xid_after_the_watchers_short_wait_still_ends_the_same_wait() -> None
     assert data.eventData == 79
 
 
-def test_the_pooled_wait_stays_under_the_watchers_stop_join() -> None:
-    """The watcher's stop() joins for 1 s: a longer wait would leave its event set unfreed."""
-    assert POOLED_EVENT_WAIT_MS < 1000
+def test_stopping_a_pooled_fleet_ends_every_xid_watcher_at_once() -> None:
+    """The watchers wait half a minute per call; the fleet's stop interrupts them first, so each watcher's
+    stop (a 1 s join) finds its thread ended and frees its event set."""
+    nodes = []
+    for number in range(3):
+        library = PooledFleetNvml("h100_sxm", 2, seed=number, node_name=f"gpu-node-{number}")
+        watcher = XidWatcher(library, sink=queue.Queue(), timeout_ms=100)
+        watcher.start()
+        nodes.append((library, watcher))
+    time.sleep(0.3)  # every watcher is inside its long wait
+    for library, _ in nodes:
+        library.interrupt_waits()
+    began = time.monotonic()
+    assert all(watcher.stop() for _, watcher in nodes)
+    assert time.monotonic() - began < 3.0

@@ -1,0 +1,1 @@
+"""Replay of recorded fleet history through a candidate configuration (docs/replay.md)."""
