@@ -18,6 +18,7 @@ from aggregator.auth.dependencies import Access
 from aggregator.batching import ReportWriter
 from aggregator.body_limit import BodyLimitMiddleware
 from aggregator.metrics import AggregatorMetrics
+from aggregator.peers.fleet import PeerView
 from aggregator.remediator import DrainFactory, build_remediator
 from aggregator.retention import Pruner
 from aggregator.routes import (
@@ -27,8 +28,10 @@ from aggregator.routes import (
     drains,
     history,
     nodes,
+    peers,
     permits,
     probes,
+    reliability,
     reports,
     requests,
     silences,
@@ -41,7 +44,22 @@ from aggregator.store.engine import Database, open_database
 from core.clock import utc_now
 
 # In this order: the OpenAPI document lists the paths as the routers add them.
-ROUTERS = (probes, reports, nodes, requests, history, audit, permits, drains, breaker, alerts, silences, ui)
+ROUTERS = (
+    probes,
+    reports,
+    nodes,
+    requests,
+    history,
+    audit,
+    permits,
+    drains,
+    breaker,
+    alerts,
+    silences,
+    ui,
+    peers,
+    reliability,
+)
 
 
 def create_app(
@@ -68,6 +86,7 @@ def create_app(
         access=access,
         writer=ReportWriter(db, settings, now),
         remediator=build_remediator(db, settings, now, drain_for),
+        peers=PeerView(db, settings.peers, now),
     )
     app = FastAPI(
         title="gpuhealth aggregator",
@@ -77,6 +96,7 @@ def create_app(
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_report_bytes)
     app.state.remediator = ctx.remediator
+    app.state.peers = ctx.peers
     install_handlers(app)
     for resource in ROUTERS:
         app.include_router(resource.router(ctx))
@@ -90,6 +110,7 @@ def _lifespan(ctx: AppContext) -> Callable[[FastAPI], AbstractAsyncContextManage
     alert_worker = DeliveryWorker(ctx.db, ctx.settings, ctx.now)
     pruner = Pruner(ctx.db, ctx.settings, ctx.now)
     remediator = ctx.remediator
+    peer_view = ctx.peers
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -97,7 +118,11 @@ def _lifespan(ctx: AppContext) -> Callable[[FastAPI], AbstractAsyncContextManage
         pruner.start()
         if remediator is not None:
             remediator.start()
+        if peer_view is not None:
+            peer_view.start()
         yield
+        if peer_view is not None:
+            peer_view.stop()
         if remediator is not None:
             remediator.stop()
         alert_worker.stop()

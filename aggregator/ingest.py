@@ -283,6 +283,7 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
             node=report.node,
             incident_id=previous_id,
             message=f"incident {previous_id} closed",
+            details={"readings": _readings(report)},
         )
     if incident is None:
         return None
@@ -322,6 +323,8 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
         | {
             "gpus": gpus,
             "opened_by": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
+            # What each GPU read when it opened (the evidence for a hardware return, docs/fleet-view.md).
+            "readings": _readings(report),
         },
     )
     log.info("incident opened", node=report.node, incident=incident_id)
@@ -355,6 +358,15 @@ def _alert_if_escalated(
             labels=report.labels,
             now=now,
         )
+
+
+def _readings(report: Report) -> dict[str, Any]:
+    """Each GPU's readings in the report, by UUID (kept with an incident's opening and closing)."""
+    return {
+        gpu.uuid: gpu.readings.model_dump(mode="json", exclude_none=True)
+        for gpu in report.gpus
+        if gpu.readings is not None
+    }
 
 
 def incident_gpus(report: Report) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
 from aggregator import permits
+from aggregator.reliability_metrics import ReliabilityCollector
 from aggregator.store.engine import Database
 from aggregator.store.tables import alert_deliveries, fleet_control, incidents, nodes
 from core.aggregator_api import STALE
@@ -47,6 +48,7 @@ class AggregatorMetrics:
             registry=self.registry,
         )
         self.registry.register(_FleetCollector(database, now))
+        self.registry.register(ReliabilityCollector(database, now))
 
 
 class _FleetCollector(Collector):

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from aggregator.alert_settings import RouteSettings, SinkSettings
+from aggregator.peer_settings import PeerSettings
 from aggregator.remediator_settings import RemediatorSettings
 from checks.config import ChecksConfig
 from core.debounce import DebounceConfig
@@ -274,6 +275,10 @@ class AggregatorSettings(BaseModel):
         default_factory=RemediatorSettings,
         description="Central remediator: drains and requeues on permits (JSON in the environment).",
     )
+    peers: PeerSettings = Field(
+        default_factory=PeerSettings,
+        description="Peer comparison: each GPU against its model's and driver's (JSON in the environment).",
+    )
 
     @field_validator(
         "kubernetes_agent_service_accounts", "nomad_agent_jobs", "trusted_proxies", mode="before"
@@ -294,7 +299,9 @@ class AggregatorSettings(BaseModel):
                 raise ValueError(f"{entry!r} is not an IP address or network") from exc
         return value
 
-    @field_validator("alert_sinks", "alert_routes", "oidc_role_map", "remediator", "profiles", mode="before")
+    @field_validator(
+        "alert_sinks", "alert_routes", "oidc_role_map", "remediator", "profiles", "peers", mode="before"
+    )
     @classmethod
     def _json_from_environment(cls, value: Any) -> Any:
         if isinstance(value, str):

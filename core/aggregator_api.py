@@ -146,8 +146,47 @@ BAD_STATES = frozenset({NodeState.UNHEALTHY, NodeState.QUARANTINED})
 """States that count as "turned unhealthy" for the circuit breaker."""
 
 
+_Count = Annotated[int, Field(ge=0)]
+_Mhz = Annotated[int, Field(ge=0, le=100_000)]
+_Watts = Annotated[float, Field(ge=0, le=100_000)]
+
+
+class GpuReadings(_Wire):
+    """The readings the aggregator compares with the GPU's peers (same model and driver) across the fleet.
+
+    Optional, every field too: an older agent sends none, a GPU that cannot tell sends ``null``.
+    """
+
+    driver_version: Annotated[str, Field(max_length=64)] | None = None
+    utilization_pct: Annotated[int, Field(ge=0, le=100)] | None = None
+    sm_clock_mhz: _Mhz | None = None
+    max_sm_clock_mhz: _Mhz | None = None
+    clocks_event_reasons: _Count | None = None
+    power_w: _Watts | None = None
+    power_limit_w: _Watts | None = None
+    temperature_c: Annotated[int, Field(ge=-50, le=300)] | None = None
+    pcie_gen: Annotated[int, Field(ge=0, le=16)] | None = None
+    pcie_width: Annotated[int, Field(ge=0, le=64)] | None = None
+    pcie_max_gen: Annotated[int, Field(ge=0, le=16)] | None = None
+    pcie_max_width: Annotated[int, Field(ge=0, le=64)] | None = None
+    pcie_replays: _Count | None = Field(default=None, description="PCIe replays since the driver loaded.")
+    vbios_version: Annotated[str, Field(max_length=64)] | None = None
+    remapped_rows_correctable: _Count | None = None
+    remapped_rows_uncorrectable: _Count | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages_single_bit: _Count | None = None
+    retired_pages_double_bit: _Count | None = None
+    retired_pages_pending: bool | None = None
+    ecc_aggregate_uncorrected: _Count | None = None
+    nvlink_errors: _Count | None = Field(
+        default=None,
+        description="NVLink replay, recovery and CRC errors of every link since the driver loaded.",
+    )
+
+
 class GpuSummary(_Wire):
-    """One GPU as the report carries it: identity and its worst finding's status."""
+    """One GPU as the report carries it: identity, its worst finding's status and its peer readings."""
 
     uuid: Annotated[str, Field(min_length=1, max_length=128)]
     index: Annotated[int, Field(ge=0, le=1023)]
@@ -158,6 +197,9 @@ class GpuSummary(_Wire):
     )
     serial: Annotated[str, Field(max_length=64)] | None = Field(
         default=None, description="The board's serial number (NVML), what a replacement request names."
+    )
+    readings: GpuReadings | None = Field(
+        default=None, description="What the aggregator compares with the GPU's peers (absent: no comparison)."
     )
 
 
@@ -506,6 +548,81 @@ class NodeDetail(NodeSummary):
     pending_requests: list[NodeRequest]
     permit: Permit | None
     timeline: list[Event]
+    peer_findings: list[Finding] = Field(
+        default_factory=list,
+        description="Warnings from comparing the node's GPUs with their peers (same model and driver).",
+    )
+
+
+class PeerOutlierView(_Wire):
+    """One GPU far from its peers on one reading (``GET /v1/peers``)."""
+
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    model: str
+    driver: str
+    code: str = Field(description="PEER_PCIE_LINK, PEER_SM_CLOCK, PEER_POWER_LIMIT, PEER_TEMPERATURE, ...")
+    evidence: str = Field(description="What a person reads: the GPU's value against its peers'.")
+    value: float
+    peer_value: float = Field(description="The peers' median (or most common value, for links and limits).")
+    peers: int = Field(description="How many other GPUs it was compared with.")
+
+
+class PeerGroupView(_Wire):
+    """One GPU model and driver the comparison saw."""
+
+    model: str
+    driver: str
+    gpus: int
+    busy: int = Field(description="GPUs under load at their last report (clocks are compared only then).")
+    judged: bool = Field(description="False when the group has fewer than min_peers other GPUs.")
+
+
+class PeerReport(_Wire):
+    """The answer to ``GET /v1/peers``."""
+
+    generated_at: datetime
+    min_peers: int
+    outliers: list[PeerOutlierView]
+    groups: list[PeerGroupView]
+
+
+class ReliabilityGroup(_Wire):
+    """The reliability of one group (GPU model, driver, pool or node) over the report's window."""
+
+    key: str = Field(description="The model, driver, pool or node name.")
+    nodes: int
+    gpus: int
+    incidents: int = Field(description="Incidents opened in the window.")
+    mtbi_hours: float | None = Field(description="Mean time between incidents: node-hours / incidents.")
+    mttr_hours: float | None = Field(description="Mean time to repair, fault to release (closed incidents).")
+    open_incidents: int
+    gpu_hours_out: float = Field(description="GPU-hours out of service (incidents of reset_gpu and worse).")
+    gpu_hours_out_by_class: dict[str, float]
+    gpu_hours_out_by_action: dict[str, float]
+    reset_share: float | None = Field(description="Share of incidents that needed a GPU reset.")
+    reboot_share: float | None
+    replace_share: float | None
+    health_ratio: float | None = Field(description="1 - GPU-hours out of service / GPU-hours observed.")
+
+
+class ReliabilityReport(_Wire):
+    """The answer to ``GET /v1/reliability`` and ``gpuhealth report``."""
+
+    generated_at: datetime
+    since: datetime
+    by: str
+    window_hours: float
+    incidents: int
+    gpu_hours_observed: float
+    gpu_hours_out: float
+    fleet_health_ratio: float | None = Field(
+        description="1 - GPU-hours out of service / GPU-hours observed, over the whole fleet."
+    )
+    repeat_offenders: dict[str, int] = Field(description="Nodes with repeat_offender_incidents or more.")
+    incidents_per_day: list[dict[str, Any]]
+    groups: list[ReliabilityGroup]
 
 
 class BudgetStatus(_Wire):

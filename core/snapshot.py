@@ -157,6 +157,23 @@ class GpuSnapshot(_Model):
     power_w: float | None = None
     power_limit_w: float | None = None
     clocks_event_reasons: int | None = None
+    sm_clock_mhz: int | None = Field(
+        default=None,
+        description="Extension to v1: current SM clock in MHz (nvmlDeviceGetClockInfo, NVML_CLOCK_SM).",
+    )
+    max_sm_clock_mhz: int | None = Field(
+        default=None, description="Extension to v1: highest SM clock in MHz (nvmlDeviceGetMaxClockInfo)."
+    )
+    vbios_version: str | None = Field(
+        default=None, description="Extension to v1: the VBIOS version (nvmlDeviceGetVbiosVersion)."
+    )
+    utilization_pct: int | None = Field(
+        default=None,
+        description=(
+            "Extension to v1: percent of the last sample period a kernel ran "
+            "(nvmlDeviceGetUtilizationRates().gpu)."
+        ),
+    )
     ecc: EccCounters | None = None
     remapped_rows: RemappedRows | None = None
     retired_pages: RetiredPages | None = None

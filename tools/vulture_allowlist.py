@@ -123,6 +123,9 @@ _.revoke  # sim/kube: a revoked ServiceAccount token (TokenReview answers unauth
 _.reviews  # sim/kube: how many TokenReviews were asked (the aggregator caches them; tests)
 _.open_queries  # NomadApp: blocking queries waiting now (tests)
 _.reboot_requests  # SimulatedNode: reboots requested (tests)
+_.train_down_link  # FakeNvml slow-GPU faults (docs/fleet-view.md): a trained-down PCIe link
+_.throttle_silently  # FakeNvml: clocks held down with no reason bit
+_.slow_at_full_power  # FakeNvml: low clocks at full power
 
 # --- Product API that only tests call today: kept as part of the module's documented surface ------------
 _.SequenceNumbers  # agent.uplink.client: documented client API (docs/aggregator.md)
@@ -131,6 +134,17 @@ _.was_drained  # PlanMemory (tests)
 _.needs_resync  # KubernetesExecutor (tests); the agent loop re-plans on every pass instead
 _.wait_for_drain  # the executors' drain worker: tests wait for a drain to end
 _.UNKNOWN_XID  # checks.xid_catalogue: NVML's "unknown XID" number, deliberately not in the catalogue
+_.health_ratio  # ReliabilityGroup: a response field (GET /v1/reliability, the fleet page)
+_.window_hours  # ReliabilityReport: a response field
+_.incidents_per_day  # ReliabilityReport: a response field (the fleet page's time series)
+_.remapped_rows_correctable  # GpuReadings: wire fields the evidence archive reads by name (memory.json)
+_.remapped_rows_uncorrectable
+_.retired_pages_single_bit
+_.retired_pages_double_bit
+_.retired_pages_pending
+_.ecc_aggregate_uncorrected
+_.mtime  # tarfile.TarInfo: the member's time
+_.peer_findings  # NodeDetail: a response field (FastAPI serialises it)
 _.scenario_schema  # entry point of the group gpuhealth.schemas (sim/pyproject.toml)
 
 # --- The replay's counts: read by name (getattr over COUNTED) and serialised by as_dict ---------------------

@@ -35,8 +35,10 @@ from core.aggregator_api import (
     NodeForgotten,
     NodeRequest,
     NodeSummary,
+    PeerReport,
     Permit,
     PermitRequest,
+    ReliabilityReport,
     Report,
     ReportAck,
 )
@@ -276,6 +278,16 @@ class AggregatorClient:
     def summary(self) -> FleetSummary:
         """The fleet summary (``gpuhealth status``)."""
         return self._call("GET", "/v1/fleet", FleetSummary, retry=True)
+
+    def reliability(self, *, since: str | None = None, by: str = "model") -> ReliabilityReport:
+        """The reliability report (``gpuhealth report``)."""
+        return self._call(
+            "GET", "/v1/reliability", ReliabilityReport, retry=True, params=_params(since=since, by=by)
+        )
+
+    def peers(self) -> PeerReport:
+        """GPUs far from their peers (``GET /v1/peers``)."""
+        return self._call("GET", "/v1/peers", PeerReport, retry=True)
 
     def nodes(self, *, state: str | None = None, page_size: int | None = None) -> list[NodeSummary]:
         """Every node, optionally only those shown in ``state`` (``stale`` included), page after page."""

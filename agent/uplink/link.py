@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
+from pydantic import ValidationError
 
 from agent.diagnostics.order import DiagOrder
 from agent.uplink.client import AggregatorClient, AggregatorError, RequestRejected, Unauthorized
 from agent.uplink.outbox import OutboxError, ReportOutbox
 from core.aggregator_api import (
     ActionTaken,
+    GpuReadings,
     GpuSummary,
     IncidentReport,
     NodeRequest,
@@ -46,6 +48,7 @@ from core.aggregator_api import (
 from core.clock import Clock
 from core.findings import Verdict, worst_status
 from core.health import NodeHealth, NodeState
+from core.snapshot import GpuSnapshot
 from core.steps import ApplyReport, Step
 
 if TYPE_CHECKING:
@@ -420,9 +423,51 @@ def gpu_summaries(result: TickResult) -> list[GpuSummary]:
                 status=worst_status(statuses),
                 pci_bus_id=_fits(gpu.pci_bus_id),
                 serial=_fits(gpu.serial),
+                readings=gpu_readings(gpu, result.snapshot.driver_version),
             )
         )
     return summaries
+
+
+def gpu_readings(gpu: GpuSnapshot, driver_version: str | None) -> GpuReadings | None:
+    """What the aggregator compares with the GPU's peers; None for a lost GPU (nothing to compare)."""
+    if gpu.lost:
+        return None
+    pcie, rows, pages = gpu.pcie, gpu.remapped_rows, gpu.retired_pages
+    nvlink = [
+        count
+        for link in gpu.nvlink or []
+        for count in (link.replay_errors, link.recovery_errors, link.crc_errors)
+        if count is not None
+    ]
+    try:
+        return GpuReadings(
+            driver_version=_fits(driver_version),
+            utilization_pct=gpu.utilization_pct,
+            sm_clock_mhz=gpu.sm_clock_mhz,
+            max_sm_clock_mhz=gpu.max_sm_clock_mhz,
+            clocks_event_reasons=gpu.clocks_event_reasons,
+            power_w=gpu.power_w,
+            power_limit_w=gpu.power_limit_w,
+            temperature_c=gpu.temperature_c,
+            pcie_gen=pcie.gen if pcie else None,
+            pcie_width=pcie.width if pcie else None,
+            pcie_max_gen=pcie.max_gen if pcie else None,
+            pcie_max_width=pcie.max_width if pcie else None,
+            pcie_replays=pcie.replay_counter if pcie else None,
+            nvlink_errors=sum(nvlink) if nvlink else None,
+            vbios_version=_fits(gpu.vbios_version),
+            remapped_rows_correctable=rows.correctable if rows else None,
+            remapped_rows_uncorrectable=rows.uncorrectable if rows else None,
+            remap_pending=rows.pending if rows else None,
+            remap_failure=rows.failure if rows else None,
+            retired_pages_single_bit=pages.single_bit if pages else None,
+            retired_pages_double_bit=pages.double_bit if pages else None,
+            retired_pages_pending=pages.pending if pages else None,
+            ecc_aggregate_uncorrected=gpu.ecc.aggregate_uncorrected if gpu.ecc else None,
+        )
+    except ValidationError:
+        return None  # an absurd reading: no comparison rather than a refused report
 
 
 def _fits(text: str | None, limit: int = 64) -> str | None:

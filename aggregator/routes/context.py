@@ -15,6 +15,7 @@ from aggregator.auth.chain import Caller
 from aggregator.auth.dependencies import Access
 from aggregator.batching import ReportWriter
 from aggregator.metrics import AggregatorMetrics
+from aggregator.peers.fleet import PeerView
 from aggregator.remediator import Remediator
 from aggregator.settings import AggregatorSettings
 from aggregator.store import audit
@@ -47,6 +48,7 @@ class AppContext:
     access: Access
     writer: ReportWriter
     remediator: Remediator | None
+    peers: PeerView | None = None
 
     def audit(
         self,

@@ -57,6 +57,8 @@ def router(ctx: AppContext) -> APIRouter:
             detail = queries.node_detail(conn, node, ctx.now())
         if detail is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {node} has never reported")
+        if ctx.peers is not None:
+            detail = detail.model_copy(update={"peer_findings": ctx.peers.findings(node)})
         return detail
 
     @routes.delete("/v1/nodes/{node}", response_model=NodeForgotten, responses=NOT_FOUND)

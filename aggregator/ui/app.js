@@ -356,12 +356,71 @@ async function renderAlerts() {
     el("td", { text: `ends ${clock(silence.ends_at)}` }), el("td", { text: silence.created_by }))));
 }
 
+async function renderPeers() {
+  const report = await api("/v1/peers");
+  $("peer-count").textContent = `(${report.outliers.length})`;
+  $("peers").replaceChildren(...(report.outliers.length ? report.outliers.map((outlier) => el("tr", { "data-code": outlier.code, "data-node": outlier.node },
+    el("td", {}, el("a", { href: `#/node/${encodeURIComponent(outlier.node)}`, text: outlier.node })),
+    el("td", { text: `GPU ${outlier.gpu_index}` }), el("td", { text: outlier.code }), el("td", { text: outlier.evidence })))
+    : [el("tr", {}, el("td", { class: "hint", text: `none among ${report.groups.map((g) => `${g.gpus} ${g.model}`).join(", ") || "no GPUs"}` }))]));
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  for (const child of children) node.append(child);
+  return node;
+}
+
+// Drawn in the page (inline SVG): no chart library, no outside service.
+function barChart(title, entries) {
+  const width = 360, row = 18, max = Math.max(1, ...entries.map(([, value]) => value));
+  const chart = svg("svg", { width, height: row * Math.max(1, entries.length) + 4, role: "img", "aria-label": title });
+  entries.forEach(([name, value], position) => {
+    const y = position * row;
+    chart.append(svg("text", { x: 0, y: y + 13, "font-size": 12 }, name),
+      svg("rect", { x: 110, y: y + 3, width: Math.max(1, (200 * value) / max), height: row - 6, fill: "#c0392b" }),
+      svg("text", { x: 115 + (200 * value) / max, y: y + 13, "font-size": 12 }, value.toFixed(1)));
+  });
+  return el("figure", { class: "plot" }, el("figcaption", { text: title }), chart);
+}
+
+function seriesChart(title, points) {
+  const width = 360, height = 80, max = Math.max(1, ...points.map((point) => point.incidents));
+  const step = points.length > 1 ? width / (points.length - 1) : width;
+  const path = points.map((point, position) => `${position ? "L" : "M"}${(position * step).toFixed(1)},${(height - 4 - ((height - 8) * point.incidents) / max).toFixed(1)}`).join(" ");
+  const chart = svg("svg", { width, height, role: "img", "aria-label": title },
+    svg("path", { d: path || "M0,0", fill: "none", stroke: "#2c3e50", "stroke-width": 2 }));
+  return el("figure", { class: "plot" }, el("figcaption", { text: `${title} (peak ${max} a day)` }), chart);
+}
+
+async function renderReliability() {
+  const report = await api("/v1/reliability?since=30d&by=model");
+  const classes = new Map();
+  for (const group of report.groups) {
+    for (const [name, hours] of Object.entries(group.gpu_hours_out_by_class)) classes.set(name, (classes.get(name) || 0) + hours);
+  }
+  const ratio = report.fleet_health_ratio === null ? "-" : `${(100 * report.fleet_health_ratio).toFixed(3)} %`;
+  $("reliability").replaceChildren(
+    el("div", { id: "fleet-health", text: `fleet health ${ratio}: ${report.incidents} incidents, ${report.gpu_hours_out.toFixed(1)} GPU-hours out of service` }),
+    el("table", { class: "table" }, el("tr", {}, ...["model", "incidents", "MTBI h", "MTTR h", "GPU-h out"].map((text) => el("th", { text }))),
+      ...report.groups.map((group) => el("tr", {}, el("td", { text: group.key }), el("td", { text: String(group.incidents) }),
+        el("td", { text: group.mtbi_hours === null ? "-" : String(group.mtbi_hours) }),
+        el("td", { text: group.mttr_hours === null ? "-" : String(group.mttr_hours) }),
+        el("td", { text: group.gpu_hours_out.toFixed(1) })))),
+    seriesChart("Incidents per day", report.incidents_per_day),
+    barChart("GPU-hours out of service by fault class", [...classes.entries()].sort((a, b) => b[1] - a[1])));
+}
+
 async function refreshFleet() {
   const started = performance.now();
   const [fleet, grid] = await Promise.all([api("/v1/fleet"), api("/v1/fleet/grid")]);
   renderSummary(fleet);
   renderGrid(grid);
-  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined), renderShadow().catch(() => undefined)]);
+  await Promise.all([renderIncidents(), renderAlerts().catch(() => undefined), renderShadow().catch(() => undefined),
+    renderPeers().catch(() => undefined), renderReliability().catch(() => undefined)]);
   $("updated").textContent = `updated ${clock(new Date().toISOString())}`;
   window.gpuhealth.lastRefreshMs = performance.now() - started;
   window.gpuhealth.refreshes += 1;
@@ -382,9 +441,11 @@ async function refreshNode(name) {
       el("td", { text: gpu.pci_bus_id || "" }), el("td", { text: gpu.uuid }),
       el("td", { text: inIncident.has(gpu.uuid) ? `${gpu.status}, in the open incident` : gpu.status }))));
   const index = new Map(node.gpus.map((gpu) => [gpu.uuid, gpu.index]));
-  $("node-findings").replaceChildren(...(node.findings.length ? node.findings.map((finding) => el("tr", { "data-code": finding.code },
+  const shownFindings = [...node.findings, ...(node.peer_findings || [])];
+  $("node-findings").replaceChildren(...(shownFindings.length ? shownFindings.map((finding) => el("tr", { "data-code": finding.code },
     el("td", { text: finding.gpu ? `GPU ${index.has(finding.gpu) ? index.get(finding.gpu) : finding.gpu}` : "node" }),
-    el("td", { text: findingStatus(finding) }), el("td", { text: finding.code }), el("td", { text: finding.message })))
+    el("td", { text: findingStatus(finding) }), el("td", { text: finding.check === "peers" ? `${finding.code} (against its peers)` : finding.code }),
+    el("td", { text: finding.message })))
     : [el("tr", {}, el("td", { class: "hint", text: incident ? "none now; the incident stays open until the node is validated and released" : "none" }))]));
   if (node.incident) {
     const head = `${node.incident.id}: ${node.incident.action} (${node.incident.reasons.join(", ")}), since ${when(node.incident.started_at)}`;

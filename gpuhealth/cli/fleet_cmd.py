@@ -665,6 +665,7 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
         console.print(findings)
     elif incident is not None:
         console.print("no findings now; the incident stays open until the node is validated and released")
+    _print_peer_findings(detail, index, console)
     if detail.incident:
         print_incident_head(detail.incident, now, console)
     for request in detail.pending_requests:
@@ -676,6 +677,20 @@ def print_node(detail: NodeDetail, now: datetime) -> None:
         )
     if detail.timeline:
         print_events(detail.timeline, now, console=console, timeline=True)
+
+
+def _print_peer_findings(detail: NodeDetail, index: dict[str, int], console: Console) -> None:
+    """The node's GPUs that stand out from their peers (same model and driver), if any."""
+    if not detail.peer_findings:
+        return
+    peers = _table("GPU", "STATUS", "AGAINST ITS PEERS (same model and driver; a warning, nothing drained)")
+    for finding in detail.peer_findings:
+        peers.add_row(
+            Text(str(index.get(finding.gpu or "", finding.gpu or "node"))),
+            status_text(finding.status),
+            Text(f"{finding.code}: {finding.message}"),
+        )
+    console.print(peers)
 
 
 def print_incident_head(incident: IncidentSummary, now: datetime, console: Console) -> None:

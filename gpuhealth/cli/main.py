@@ -95,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         audit_cmd,
         check_cmd,
         diag_cmd,
+        evidence_cmd,
         fleet_cmd,
         incidents_cmd,
         plugins,
         replay_cmd,
+        report_cmd,
         snapshot_cmd,
     )
 
@@ -132,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         audit_cmd,
         aggregator_cmd,
         replay_cmd,
+        report_cmd,
+        evidence_cmd,
     )
     for module in commands:
         module.register(subparsers)

@@ -53,6 +53,15 @@ class FakeGpu:
     links: list[FakeLink]
     persistence_mode: bool = True
     clocks_event_reasons: int = CLOCKS_EVENT_REASONS["gpu_idle"]
+    sm_clock_mhz: int = 345
+    max_sm_clock_mhz: int = 1980
+    utilization_pct: int = 0
+    # Slow-GPU faults (sim/fakes/load.py honours them at every load step): the link trains no higher than
+    # this (gen, width); clocks reach only this share of a healthy GPU's; the reason bits are hidden.
+    link_ceiling: tuple[int, int] | None = None
+    clock_factor: float = 1.0
+    hide_clock_reasons: bool = False
+    pin_power_at_limit: bool = False
     ecc_enabled: bool = True
     # ECC counters by (memory error type, counter type)
     ecc: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -120,6 +129,8 @@ def new_gpu(profile: GpuProfile, seed: object, node_name: str, slot: int) -> Fak
         power_limit_mw=profile.power_limit_w * 1000,
         pcie_gen=profile.pcie_gen,
         pcie_width=profile.pcie_width,
+        sm_clock_mhz=profile.idle_sm_clock_mhz,
+        max_sm_clock_mhz=profile.max_sm_clock_mhz,
         links=[FakeLink() for _ in range(profile.nvlink_links)],
         ecc={
             (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC): 0,

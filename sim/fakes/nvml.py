@@ -23,6 +23,7 @@ The GPU models are data in :mod:`sim.fakes.profiles`, one GPU's state is
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
 import time
@@ -33,6 +34,7 @@ from typing import Any, Final, NoReturn
 from agent.backends.nvml import seam as nvml
 from core.recovery_message import recovery_change_from_message
 from sim.fakes.gpu import CLOCKS_EVENT_REASONS, FakeGpu, FakeLink, new_gpu
+from sim.fakes.load import apply_load
 from sim.fakes.profiles import PROFILES
 from sim.fakes.structs import (
     FakeDeviceHandle,
@@ -41,6 +43,7 @@ from sim.fakes.structs import (
     FakeFieldValue,
     FakePciInfo,
     FakeProcessInfo,
+    FakeUtilization,
     FakeValue,
     InjectedXid,
 )
@@ -267,6 +270,32 @@ class FakeNvml:
         """The deprecated name of nvmlDeviceGetCurrentClocksEventReasons (same bitmask)."""
         with self._lock:
             return self._device(handle, "nvmlDeviceGetCurrentClocksThrottleReasons").clocks_event_reasons
+
+    def nvmlDeviceGetClockInfo(self, handle: object, type: int) -> int:  # noqa: A002 -- pynvml's name
+        """MHz; the fake keeps one clock domain, the SM's (the graphics clock follows it)."""
+        with self._lock:
+            gpu = self._device(handle, "nvmlDeviceGetClockInfo")
+            if type not in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_GRAPHICS):
+                _raise(nvml.NVML_ERROR_NOT_SUPPORTED)
+            return gpu.sm_clock_mhz
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: object, type: int) -> int:  # noqa: A002 -- pynvml's name
+        """MHz, the board's highest SM (graphics) clock."""
+        with self._lock:
+            gpu = self._device(handle, "nvmlDeviceGetMaxClockInfo")
+            if type not in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_GRAPHICS):
+                _raise(nvml.NVML_ERROR_NOT_SUPPORTED)
+            return gpu.max_sm_clock_mhz
+
+    def nvmlDeviceGetVbiosVersion(self, handle: object) -> str:
+        with self._lock:
+            self._device(handle, "nvmlDeviceGetVbiosVersion")
+            return self.profile.vbios_version
+
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> FakeUtilization:
+        with self._lock:
+            gpu = self._device(handle, "nvmlDeviceGetUtilizationRates")
+            return FakeUtilization(gpu=gpu.utilization_pct, memory=gpu.utilization_pct // 2)
 
     def nvmlDeviceGetEccMode(self, handle: object) -> list[int]:
         """[current, pending] mode."""
@@ -628,6 +657,39 @@ class FakeNvml:
         if not 0 <= link < len(target.links):
             raise FakeNvmlError(f"GPU {gpu!r} has {len(target.links)} NVLink links, not link {link}")
         return target.links[link]
+
+    def run_load(self, step: int, *, busy: bool = True, intensity: float | None = None) -> None:
+        """One step of a training job's life on every GPU (busy, or idle between jobs), with the healthy
+        noise of a real fleet and any slow-GPU fault set below (``sim/fakes/load.py``)."""
+        # The job's intensity this step, fixed by node and step (never by how many fakes the process made).
+        spread = int(hashlib.sha256(f"{self.node_name}/{step}".encode()).hexdigest()[:4], 16) % 100
+        level = intensity if intensity is not None else 0.8 + 0.2 * spread / 100
+        with self._lock:
+            for target in self._gpus:
+                apply_load(
+                    target, self.profile, f"{self.node_name}/{target.slot}", step, busy=busy, intensity=level
+                )
+
+    def train_down_link(self, gpu: int | str, gen: int = 3, width: int | None = None) -> None:
+        """Slow-GPU fault: the PCIe link trains no higher than Gen ``gen`` x ``width`` (no XID, no error)."""
+        with self._lock:
+            target = self.gpu(gpu)
+            target.link_ceiling = (gen, width or self.profile.pcie_width)
+            target.pcie_gen = min(target.pcie_gen, gen)
+            target.pcie_width = min(target.pcie_width, width or self.profile.pcie_width)
+
+    def throttle_silently(self, gpu: int | str, factor: float = 0.6) -> None:
+        """Slow-GPU fault: clocks held at ``factor`` of a healthy GPU's at load, with no reason bit set."""
+        with self._lock:
+            target = self.gpu(gpu)
+            target.clock_factor, target.hide_clock_reasons = factor, True
+
+    def slow_at_full_power(self, gpu: int | str, factor: float = 0.62) -> None:
+        """Slow-GPU fault: the GPU draws its full power limit at load while its clocks stay at ``factor`` of
+        its peers' (power cap the only reason shown)."""
+        with self._lock:
+            target = self.gpu(gpu)
+            target.clock_factor, target.pin_power_at_limit = factor, True
 
     def set_clocks_event_reasons(self, gpu: int | str, mask: int) -> None:
         """The raw clocks event reasons bitmask."""

@@ -31,6 +31,9 @@ class GpuProfile:
     recovery_action_field: bool  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION known to the driver
     memory_temperature: bool  # NVML_FI_DEV_MEMORY_TEMP answers
     gpu_fabric: bool = False  # nvmlDeviceGetGpuFabricInfo answers (NVSwitch baseboards with Fabric Manager)
+    max_sm_clock_mhz: int = 1980  # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)
+    idle_sm_clock_mhz: int = 345  # the SM clock an idle GPU parks at
+    vbios_version: str = "96.00.99.00.01"  # nvmlDeviceGetVbiosVersion
     missing_functions: frozenset[str] = frozenset()  # absent from this driver's libnvidia-ml
 
 
@@ -84,6 +87,8 @@ PROFILES: Final[dict[str, GpuProfile]] = {
             driver_version="570.172.08",
             power_limit_w=300,
             idle_power_w=(42, 50),
+            max_sm_clock_mhz=1410,
+            idle_sm_clock_mhz=210,
             pcie_gen=4,
             pcie_width=16,
             nvlink_links=0,
@@ -101,6 +106,8 @@ PROFILES: Final[dict[str, GpuProfile]] = {
             driver_version="535.274.02",
             power_limit_w=300,
             idle_power_w=(40, 46),
+            max_sm_clock_mhz=1530,
+            idle_sm_clock_mhz=135,
             pcie_gen=3,
             pcie_width=16,
             nvlink_links=6,

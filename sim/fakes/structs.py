@@ -25,6 +25,14 @@ class FakePciInfo:
 
 
 @dataclass(frozen=True)
+class FakeUtilization:
+    """Like ``nvmlUtilization_t``: percent of the sample period a kernel (``gpu``) or memory ran."""
+
+    gpu: int
+    memory: int
+
+
+@dataclass(frozen=True)
 class FakeValue:
     """Like the ``c_nvmlValue_t`` union: every member shows the same number."""
 

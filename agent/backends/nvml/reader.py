@@ -19,6 +19,7 @@ import structlog
 from agent.backends.nvml.seam import (
     NOT_AVAILABLE_CODES,
     NVML_AGGREGATE_ECC,
+    NVML_CLOCK_SM,
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_INVALID_ARGUMENT,
@@ -205,6 +206,11 @@ def _read_clocks_event_reasons(reader: GpuReader) -> int | None:
     )
 
 
+def _read_utilization(reader: GpuReader) -> int | None:
+    rates = reader.value("nvmlDeviceGetUtilizationRates")
+    return None if rates is None else _as_int(getattr(rates, "gpu", None))
+
+
 def _read_ecc(reader: GpuReader) -> EccCounters | None:
     mode = reader.value("nvmlDeviceGetEccMode")
     enabled = None if mode is None else mode[0] == NVML_FEATURE_ENABLED
@@ -367,6 +373,10 @@ def read_details(reader: GpuReader, index: int, identity: Identity, uuid: str) -
         power_w=_milliwatts_to_watts(reader.value("nvmlDeviceGetPowerUsage")),
         power_limit_w=_milliwatts_to_watts(reader.value("nvmlDeviceGetEnforcedPowerLimit")),
         clocks_event_reasons=_read_clocks_event_reasons(reader),
+        sm_clock_mhz=_as_int(reader.value("nvmlDeviceGetClockInfo", NVML_CLOCK_SM)),
+        max_sm_clock_mhz=_as_int(reader.value("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM)),
+        utilization_pct=_read_utilization(reader),
+        vbios_version=nvml_text(reader.value("nvmlDeviceGetVbiosVersion")),
         ecc=_read_ecc(reader),
         remapped_rows=_read_remapped_rows(reader),
         retired_pages=_read_retired_pages(reader),

@@ -32,6 +32,8 @@ def test_the_contract_example_round_trips_unchanged() -> None:
     # Optional extensions absent from the contract's example are written as null.
     assert dumped["gpus"][0].pop("fabric") is None and dumped.pop("fabric") is None
     assert dumped["gpus"][0].pop("serial") is None
+    for extension in ("sm_clock_mhz", "max_sm_clock_mhz", "utilization_pct", "vbios_version"):
+        assert dumped["gpus"][0].pop(extension) is None
     gpu = {k: v for k, v in dumped["gpus"][0].items() if k != "xid_events"}
     assert gpu == {k: v for k, v in original["gpus"][0].items() if k != "xid_events"}
 

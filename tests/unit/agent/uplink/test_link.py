@@ -449,7 +449,8 @@ def test_a_report_refused_for_good_is_set_aside_and_the_next_ones_still_go(
 ) -> None:
     """A 413 (the report is larger than the aggregator takes) can never succeed: the report is written aside
     with the reason, counted in /metrics, and the reports behind it are delivered instead of waiting forever."""
-    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, max_report_bytes=4096).start()
+    # 8 KiB: an 8-GPU report with its peer readings fits (about 5 KiB), the 100 long labels do not.
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, max_report_bytes=8192).start()
     try:
         agent = make_agent(tmp_path, clock, live.url)
         link = link_of(agent)
