@@ -1,10 +1,13 @@
-"""The emulated JobSet and Kueue controllers (``sim/kube/controllers``) against the real managers.
+"""The emulated JobSet, Kueue and Trainer controllers (``sim/kube/controllers``) against the real managers.
 
 The same story on both, observed the same way: the JobSet suspend toggle (the ``Suspended`` condition and
 ``replicatedJobsStatus`` the requeue waits for, the pods gone and back), a JobSet restart on an evicted pod
 by its failure policy (``restarts`` counted, not towards the maximum), and Kueue's ``spec.active`` toggle
 on an admitted Job's Workload (the conditions, reasons and eviction count the requeue and a person read, the
-Job suspended and resumed). What differs is fixed in the emulator; what remains is in sim/README.md.
+Job suspended and resumed), and a TrainJob on the Trainer module's ``torch-distributed`` runtime (the JobSet
+made for it, ``numNodes`` and ``resourcesPerNode`` on its pods, the suspend toggle carried down to the JobSet
+with the TrainJob's ``Suspended`` condition). What differs is fixed in the emulator; what remains is in
+sim/README.md.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any, cast
 
 import pytest
 from control_plane import ControlPlane
-from kube_stack import Controller
+from kube_stack import Controller, load_yaml
 from kubernetes import client
 from realkube import Cluster
 from stack_world import STACK_WAIT_S
@@ -26,6 +29,8 @@ from core.clock import RealClock
 from sim.kube.harness import running_kube_sim
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+TRAINER_RUNTIME = "manifests/runtimes/torch_distributed.yaml"  # in the Trainer module, beside its binary
 KUEUE_VERSIONS = {"real": "v1beta2", "sim": "v1beta1"}  # what each serves (sim/README.md)
 NODES = 5
 
@@ -36,6 +41,7 @@ class Side:
     api_client: client.ApiClient
     namespace: str
     settle: Callable[[], None]
+    runtime: dict[str, Any]  # the Trainer module's torch-distributed ClusterTrainingRuntime
 
     @property
     def custom(self) -> client.CustomObjectsApi:
@@ -84,22 +90,29 @@ class Side:
 def real(kube_stack: ControlPlane) -> Iterator[Side]:
     jobset: Controller = kube_stack.controller("jobset")
     kueue: Controller = kube_stack.controller("kueue", feature_gates={})
-    cluster = Cluster(
-        kube_stack, nodes=NODES, namespace_labels={**jobset.namespace_label, **kueue.namespace_label}
-    )
+    trainer: Controller = kube_stack.controller("trainer")  # its runtimes applied from its module
+    labels = {**jobset.namespace_label, **kueue.namespace_label, **trainer.namespace_label}
+    cluster = Cluster(kube_stack, nodes=NODES, namespace_labels=labels)
     try:
-        yield Side("real", cluster.admin, cluster.namespace, lambda: None)
+        yield Side("real", cluster.admin, cluster.namespace, lambda: None, trainer_runtime(trainer))
     finally:
         with contextlib.suppress(Exception):
             cluster.close()
 
 
+def trainer_runtime(trainer: Controller) -> dict[str, Any]:
+    (runtime,) = load_yaml(trainer.home / TRAINER_RUNTIME)
+    return runtime
+
+
 @pytest.fixture(scope="module")
-def sim() -> Iterator[Side]:
+def sim(real: Side) -> Iterator[Side]:
+    """The emulator, with the same ClusterTrainingRuntime the real Trainer was given."""
     with running_kube_sim(clock=RealClock(), nodes=NODES, workloads=True, bookmark_interval_s=0.2) as kube:
         kube.store.create("namespaces", {"metadata": {"name": "diff"}})
+        kube.store.create("clustertrainingruntimes.trainer.kubeflow.org", real.runtime)
         api_client = kube.api_client()
-        yield Side("sim", api_client, "diff", kube.settle)
+        yield Side("sim", api_client, "diff", kube.settle, real.runtime)
         api_client.close()
 
 
@@ -297,10 +310,89 @@ def kueue_story(side: Side) -> dict[str, Any]:
     }
 
 
+def jobsets(side: Side) -> list[dict[str, Any]]:
+    listed = side.custom.list_namespaced_custom_object(*JOBSET[:2], side.namespace, JOBSET[2])
+    return cast("list[dict[str, Any]]", listed["items"])
+
+
+def trainjob_story(side: Side) -> dict[str, Any]:
+    """A 4-node TrainJob on ``torch-distributed``: what Trainer makes of it, then the suspend toggle the
+    requeue uses on a TrainJob (docs/requeue.md), carried down to its JobSet."""
+    name = "tj"
+    body = {
+        "apiVersion": "/".join(TRAINJOB[:2]),
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": side.runtime["metadata"]["name"]},
+            "trainer": {
+                "numNodes": 4,
+                "image": "registry.invalid/llm:1",
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}},
+            },
+        },
+    }
+    side.custom.create_namespaced_custom_object(*TRAINJOB[:2], side.namespace, TRAINJOB[2], body)
+    labels = {"jobset.sigs.k8s.io/jobset-name": name}
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran")
+
+    def trainjob() -> dict[str, Any]:
+        found = side.custom.get_namespaced_custom_object(*TRAINJOB[:2], side.namespace, TRAINJOB[2], name)
+        return cast("dict[str, Any]", found)
+
+    jobset = read_jobset(side, name)
+    owner: dict[str, Any] = next(iter(jobset["metadata"].get("ownerReferences") or []), {})
+    node_job = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "node")
+    pods = [p for p in side.core.list_namespaced_pod(side.namespace).items if p.status.phase == "Running"]
+    made = {
+        "owner": (owner.get("kind"), owner.get("name"), owner.get("controller")),
+        "replicated_jobs": [r["name"] for r in jobset["spec"]["replicatedJobs"]],
+        "node_job": (
+            node_job["template"]["spec"].get("parallelism"),
+            node_job["template"]["spec"].get("completions"),
+        ),
+        "nodes": len({p.spec.node_name for p in pods}),
+        "images": sorted({str(c.image) for p in pods for c in p.spec.containers}),
+        "gpus_per_pod": sorted(
+            {(c.resources.limits or {}).get("nvidia.com/gpu") for p in pods for c in p.spec.containers},
+            key=str,
+        ),
+    }
+    side.custom.patch_namespaced_custom_object(
+        *TRAINJOB[:2], side.namespace, TRAINJOB[2], name, {"spec": {"suspend": True}}
+    )
+    side.wait(lambda: conditions(trainjob()).get("Suspended", ("", ""))[0] == "True", "never suspended")
+    side.wait(lambda: bool(read_jobset(side, name)["spec"].get("suspend")), "the JobSet never suspended")
+    side.wait(lambda: side.running(**labels) == 0, "the pods stayed")
+    suspended = conditions(trainjob())["Suspended"]
+    side.custom.patch_namespaced_custom_object(
+        *TRAINJOB[:2], side.namespace, TRAINJOB[2], name, {"spec": {"suspend": False}}
+    )
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran again")
+    side.wait(lambda: conditions(trainjob()).get("Suspended", ("", ""))[0] != "True", "never resumed")
+    resumed = conditions(trainjob()).get("Suspended")
+    jobset_suspend = bool(read_jobset(side, name)["spec"].get("suspend"))
+    foreground = client.V1DeleteOptions(propagation_policy="Foreground")
+
+    def delete() -> None:
+        side.custom.delete_namespaced_custom_object(
+            *TRAINJOB[:2], side.namespace, TRAINJOB[2], name, body=foreground
+        )
+        with contextlib.suppress(client.ApiException):  # the emulator collects no garbage in general
+            side.custom.delete_namespaced_custom_object(
+                *JOBSET[:2], side.namespace, JOBSET[2], name, body=foreground
+            )
+
+    side.clean(delete)
+    side.wait(lambda: not jobsets(side), "the JobSet stayed")
+    return {**made, "suspended": suspended, "resumed": resumed, "jobset_suspended_after": jobset_suspend}
+
+
 STORIES = {
     "jobset_suspend_toggle": suspend_story,
     "jobset_restart_on_eviction": restart_story,
     "kueue_active_toggle": kueue_story,
+    "trainjob_suspend_toggle": trainjob_story,
 }
 
 
@@ -308,5 +400,5 @@ STORIES = {
 def test_the_emulated_workload_controllers_do_what_the_real_managers_do(
     real: Side, sim: Side, story: str
 ) -> None:
-    """Same story, same observations on the emulator and on the real JobSet and Kueue managers."""
+    """Same story, same observations on the emulator and on the real JobSet, Kueue and Trainer managers."""
     assert STORIES[story](sim) == STORIES[story](real)

@@ -9,6 +9,7 @@ from sim.realkube.stack import (
     find_stack,
     how_to_build,
     kwok_config,
+    load_yaml,
 )
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "find_stack",
     "how_to_build",
     "kwok_config",
+    "load_yaml",
 ]
