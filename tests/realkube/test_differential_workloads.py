@@ -214,6 +214,66 @@ def restart_story(side: Side) -> dict[str, Any]:
     return {"restarts": status.get("restarts"), "towards_max": status.get("restartsCountTowardsMax") or 0}
 
 
+def evict_first_pod(side: Side, jobset: str) -> None:
+    pod = side.core.list_namespaced_pod(
+        side.namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset}"
+    ).items[0]
+    side.core.create_namespaced_pod_eviction(
+        pod.metadata.name,
+        side.namespace,
+        {"metadata": {"name": pod.metadata.name, "namespace": side.namespace}},
+    )
+
+
+def backoff_story(side: Side, name: str, failure_policy: dict[str, Any] | None) -> dict[str, Any]:
+    """A gang whose Jobs have ``backoffLimit: 0`` and no ``podFailurePolicy``: the eviction fails the Job
+    (``BackoffLimitExceeded``), and the JobSet's ``failurePolicy`` (or its absence) decides."""
+    body = gang_jobset(name, failure_policy=False)
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    if failure_policy is not None:
+        body["spec"]["failurePolicy"] = failure_policy
+    side.custom.create_namespaced_custom_object(*JOBSET[:2], side.namespace, JOBSET[2], body)
+    labels = {"jobset.sigs.k8s.io/jobset-name": name}
+    side.wait(lambda: side.running(**labels) == 4, "4 pods never ran")
+    evict_first_pod(side, name)
+
+    def decided() -> bool:
+        status = read_jobset(side, name).get("status") or {}
+        return (
+            int(status.get("restarts") or 0) >= 1
+            or conditions(read_jobset(side, name)).get("Failed", ("", ""))[0] == "True"
+        )
+
+    side.wait(decided, "neither restarted nor failed")
+    status = read_jobset(side, name).get("status") or {}
+    if int(status.get("restarts") or 0) >= 1:
+        side.wait(lambda: side.running(**labels) == 4, "4 pods never ran again")
+        status = read_jobset(side, name).get("status") or {}
+    failed = conditions(read_jobset(side, name)).get("Failed")
+    side.delete_jobset(name)
+    return {
+        "restarts": status.get("restarts") or 0,
+        "towards_max": status.get("restartsCountTowardsMax") or 0,
+        "failed": failed,
+    }
+
+
+def no_policy_story(side: Side) -> dict[str, Any]:
+    """No failure policy: the real JobSet fails with its failed Job (our requeue then writes nothing)."""
+    return backoff_story(side, "nopol", None)
+
+
+def counted_restart_story(side: Side) -> dict[str, Any]:
+    """``maxRestarts: 1`` and no rule (``RestartJobSet`` by default): one restart, counted towards it."""
+    return backoff_story(side, "counted", {"maxRestarts": 1})
+
+
+def fail_rule_story(side: Side) -> dict[str, Any]:
+    """A ``FailJobSet`` rule on ``BackoffLimitExceeded``: the JobSet fails, however many restarts it had."""
+    rule = {"action": "FailJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]}
+    return backoff_story(side, "failrule", {"maxRestarts": 3, "rules": [rule]})
+
+
 def kueue_story(side: Side) -> dict[str, Any]:
     version = KUEUE_VERSIONS[side.name]
     group = ("kueue.x-k8s.io", version)
@@ -391,6 +451,9 @@ def trainjob_story(side: Side) -> dict[str, Any]:
 STORIES = {
     "jobset_suspend_toggle": suspend_story,
     "jobset_restart_on_eviction": restart_story,
+    "jobset_without_a_policy_fails": no_policy_story,
+    "jobset_restart_counted_towards_max": counted_restart_story,
+    "jobset_fail_rule": fail_rule_story,
     "kueue_active_toggle": kueue_story,
     "trainjob_suspend_toggle": trainjob_story,
 }
@@ -401,4 +464,6 @@ def test_the_emulated_workload_controllers_do_what_the_real_managers_do(
     real: Side, sim: Side, story: str
 ) -> None:
     """Same story, same observations on the emulator and on the real JobSet, Kueue and Trainer managers."""
-    assert STORIES[story](sim) == STORIES[story](real)
+    on_sim, on_real = STORIES[story](sim), STORIES[story](real)
+    print(f"{story}: {on_real}")
+    assert on_sim == on_real
