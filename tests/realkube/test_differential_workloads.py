@@ -209,9 +209,17 @@ def restart_story(side: Side) -> dict[str, Any]:
         lambda: int((read_jobset(side, name).get("status") or {}).get("restarts") or 0) >= 1, "no restart"
     )
     side.wait(lambda: side.running(**labels) == 4, "4 pods never ran again")
+    side.wait(lambda: restarting(side, name) != "True", "still restarting once running again")
     status = read_jobset(side, name).get("status") or {}
+    found = conditions(read_jobset(side, name))
+    warnings = warning_reasons(side, name)
     side.delete_jobset(name)
-    return {"restarts": status.get("restarts"), "towards_max": status.get("restartsCountTowardsMax") or 0}
+    return {
+        "restarts": status.get("restarts"),
+        "towards_max": status.get("restartsCountTowardsMax") or 0,
+        "restarting": found.get("RestartingJobSet"),
+        "warnings": warnings,
+    }
 
 
 def evict_first_pod(side: Side, jobset: str) -> None:
@@ -249,13 +257,37 @@ def backoff_story(side: Side, name: str, failure_policy: dict[str, Any] | None) 
     if int(status.get("restarts") or 0) >= 1:
         side.wait(lambda: side.running(**labels) == 4, "4 pods never ran again")
         status = read_jobset(side, name).get("status") or {}
-    failed = conditions(read_jobset(side, name)).get("Failed")
+        side.wait(lambda: restarting(side, name) != "True", "still restarting once running again")
+    found = conditions(read_jobset(side, name))
+    warnings = warning_reasons(side, name)
     side.delete_jobset(name)
     return {
         "restarts": status.get("restarts") or 0,
         "towards_max": status.get("restartsCountTowardsMax") or 0,
-        "failed": failed,
+        "failed": found.get("Failed"),
+        "restarting": found.get("RestartingJobSet"),
+        "warnings": warnings,
     }
+
+
+def restarting(side: Side, name: str) -> str:
+    return conditions(read_jobset(side, name)).get("RestartingJobSet", ("", ""))[0]
+
+
+def warning_reasons(side: Side, name: str) -> list[str]:
+    """The reasons of the Warning Events about the JobSet ``name``. Left out: ``JobCreationFailed``, which
+    the real manager records when it recreates a Job whose previous one is still being deleted (a race of
+    its own that the emulator, recreating only once the old Job is gone, never loses)."""
+    seen: list[list[str]] = []
+
+    def settled() -> bool:  # a recorder sends its Events after the status: until two looks agree
+        selector = f"involvedObject.name={name}"
+        events = side.core.list_namespaced_event(side.namespace, field_selector=selector).items
+        seen.append(sorted({e.reason for e in events if e.type == "Warning"} - {"JobCreationFailed"}))
+        return len(seen) > 1 and bool(seen[-1]) and seen[-1] == seen[-2]
+
+    assert wait_until(settled, timeout=STACK_WAIT_S, interval=0.5), f"{side.name}: no Warning Event"
+    return seen[-1]
 
 
 def no_policy_story(side: Side) -> dict[str, Any]:
@@ -266,6 +298,11 @@ def no_policy_story(side: Side) -> dict[str, Any]:
 def counted_restart_story(side: Side) -> dict[str, Any]:
     """``maxRestarts: 1`` and no rule (``RestartJobSet`` by default): one restart, counted towards it."""
     return backoff_story(side, "counted", {"maxRestarts": 1})
+
+
+def max_restarts_story(side: Side) -> dict[str, Any]:
+    """``maxRestarts: 0`` and no rule: ``RestartJobSet`` has no restart left, the JobSet fails."""
+    return backoff_story(side, "maxed", {"maxRestarts": 0})
 
 
 def fail_rule_story(side: Side) -> dict[str, Any]:
@@ -453,6 +490,7 @@ STORIES = {
     "jobset_restart_on_eviction": restart_story,
     "jobset_without_a_policy_fails": no_policy_story,
     "jobset_restart_counted_towards_max": counted_restart_story,
+    "jobset_max_restarts_reached": max_restarts_story,
     "jobset_fail_rule": fail_rule_story,
     "kueue_active_toggle": kueue_story,
     "trainjob_suspend_toggle": trainjob_story,
