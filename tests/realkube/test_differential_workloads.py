@@ -3,8 +3,9 @@
 The same story on both, observed the same way: the JobSet suspend toggle (the ``Suspended`` condition and
 ``replicatedJobsStatus`` the requeue waits for, the pods gone and back), a JobSet restart on an evicted pod
 by its failure policy (``restarts`` counted, not towards the maximum), and Kueue's ``spec.active`` toggle
-on an admitted Job's Workload (the conditions, reasons and eviction count the requeue and a person read, the
-Job suspended and resumed), and a TrainJob on the Trainer module's ``torch-distributed`` runtime (the JobSet
+on an admitted Job's and a queued JobSet's Workload (the conditions, reasons and eviction count the requeue
+and a person read, the job suspended and resumed), the JobSet failure policies the requeue decides by (with
+the condition and Warning Events a person reads), and a TrainJob on the Trainer module's ``torch-distributed`` runtime (the JobSet
 made for it, ``numNodes`` and ``resourcesPerNode`` on its pods, the suspend toggle carried down to the JobSet
 with the TrainJob's ``Suspended`` condition). What differs is fixed in the emulator; what remains is in
 sim/README.md.
@@ -311,10 +312,15 @@ def fail_rule_story(side: Side) -> dict[str, Any]:
     return backoff_story(side, "failrule", {"maxRestarts": 3, "rules": [rule]})
 
 
-def kueue_story(side: Side) -> dict[str, Any]:
+def kueue_queue(side: Side) -> tuple[str, str]:
+    """The ResourceFlavor, ClusterQueue (a GPU quota for every node) and LocalQueue ``q`` of the Kueue
+    stories, made once per side; the API group and version it serves Workloads at."""
     version = KUEUE_VERSIONS[side.name]
     group = ("kueue.x-k8s.io", version)
     flavor, cq = f"{side.namespace}-diff-flavor", f"{side.namespace}-diff-cq"
+    found = side.custom.list_namespaced_custom_object(*group, side.namespace, "localqueues")["items"]
+    if found:
+        return group
     side.custom.create_cluster_custom_object(
         *group,
         "resourceflavors",
@@ -350,6 +356,11 @@ def kueue_story(side: Side) -> dict[str, Any]:
             "spec": {"clusterQueue": cq},
         },
     )
+    return group
+
+
+def kueue_story(side: Side) -> dict[str, Any]:
+    group = kueue_queue(side)
     container = {"name": "t", "image": "t", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
     job = {
         "metadata": {"name": "kj", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
@@ -403,6 +414,52 @@ def kueue_story(side: Side) -> dict[str, Any]:
         "inactive": conditions(inactive),
         "job_suspended": suspended,
         "reactivated": conditions(again),
+        "evictions": [(e.get("reason"), e.get("count")) for e in evictions],
+    }
+
+
+def kueue_jobset_story(side: Side) -> dict[str, Any]:
+    """A JobSet queued in Kueue: its Workload (one pod set per replicated job), admission unsuspending the
+    JobSet, then the ``spec.active`` toggle the requeue uses on a Kueue workload that will not restart by
+    itself: the JobSet suspended and its pods gone, then admitted and running again."""
+    group = kueue_queue(side)
+    name = "kjs"
+    body = gang_jobset(name, failure_policy=False)
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    body["spec"]["suspend"] = True  # what Kueue's webhook makes it (the emulator has no webhooks)
+    side.custom.create_namespaced_custom_object(*JOBSET[:2], side.namespace, JOBSET[2], body)
+    labels = {"jobset.sigs.k8s.io/jobset-name": name}
+    side.wait(lambda: side.running(**labels) == 4, "the admitted JobSet never ran")
+
+    def workloads() -> list[dict[str, Any]]:
+        listed = side.custom.list_namespaced_custom_object(*group, side.namespace, "workloads")
+        return [w for w in listed["items"] if w["metadata"]["name"].startswith(f"jobset-{name}-")]
+
+    (workload,) = workloads()
+    made = {
+        "pod_sets": [(s["name"], s["count"]) for s in workload["spec"]["podSets"]],
+        "owner": [(o["kind"], o["name"]) for o in workload["metadata"].get("ownerReferences") or []],
+        "admitted": conditions(workload).get("Admitted"),
+    }
+    wl_name = workload["metadata"]["name"]
+    side.custom.patch_namespaced_custom_object(
+        *group, side.namespace, "workloads", wl_name, {"spec": {"active": False}}
+    )
+    side.wait(lambda: bool(read_jobset(side, name)["spec"].get("suspend")), "the JobSet never suspended")
+    side.wait(lambda: side.running(**labels) == 0, "the pods stayed")
+    evicted = conditions(workloads()[0]).get("Evicted")
+    side.custom.patch_namespaced_custom_object(
+        *group, side.namespace, "workloads", wl_name, {"spec": {"active": True}}
+    )
+    side.wait(lambda: side.running(**labels) == 4, "never ran again")
+    side.wait(lambda: conditions(workloads()[0]).get("Admitted", ("", ""))[0] == "True", "never admitted")
+    again = workloads()[0]
+    evictions = ((again.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+    side.delete_jobset(name)
+    side.wait(lambda: not workloads(), "the Workload stayed")
+    return {
+        **made,
+        "evicted": evicted,
         "evictions": [(e.get("reason"), e.get("count")) for e in evictions],
     }
 
@@ -493,6 +550,7 @@ STORIES = {
     "jobset_max_restarts_reached": max_restarts_story,
     "jobset_fail_rule": fail_rule_story,
     "kueue_active_toggle": kueue_story,
+    "kueue_jobset_active_toggle": kueue_jobset_story,
     "trainjob_suspend_toggle": trainjob_story,
 }
 
