@@ -1,14 +1,15 @@
 """The emulated JobSet, Kueue and Trainer controllers (``sim/kube/controllers``) against the real managers.
 
 The same story on both, observed the same way: the JobSet suspend toggle (the ``Suspended`` condition and
-``replicatedJobsStatus`` the requeue waits for, the pods gone and back), a JobSet restart on an evicted pod
-by its failure policy (``restarts`` counted, not towards the maximum), and Kueue's ``spec.active`` toggle
-on an admitted Job's and a queued JobSet's Workload (the conditions, reasons and eviction count the requeue
-and a person read, the job suspended and resumed), the JobSet failure policies the requeue decides by (with
-the condition and Warning Events a person reads), and a TrainJob on the Trainer module's ``torch-distributed`` runtime (the JobSet
-made for it, ``numNodes`` and ``resourcesPerNode`` on its pods, the suspend toggle carried down to the JobSet
-with the TrainJob's ``Suspended`` condition). What differs is fixed in the emulator; what remains is in
-sim/README.md.
+``replicatedJobsStatus`` the requeue waits for, the pods gone and back); a JobSet restart on an evicted pod
+by its failure policy (``restarts`` counted, not towards the maximum); the JobSet failure policies the
+requeue decides by (no policy, ``RestartJobSet`` up to ``maxRestarts``, a ``FailJobSet`` rule), with the
+``RestartingJobSet`` condition and the Warning Events a person reads; Kueue's ``spec.active`` toggle on an
+admitted Job's and a queued JobSet's Workload (the conditions, reasons and eviction count the requeue and a
+person read, the job suspended and resumed); and a TrainJob on the Trainer module's ``torch-distributed``
+runtime (the JobSet made for it, ``numNodes``, ``image`` and ``resourcesPerNode`` on its pods, the suspend
+toggle carried down to the JobSet with the TrainJob's ``Suspended`` condition). What differs is fixed in the
+emulator; what remains is in sim/README.md. Each story's real observation is printed (``-s``).
 """
 
 from __future__ import annotations
