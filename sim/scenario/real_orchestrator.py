@@ -68,6 +68,7 @@ REMEDIATOR_USER = "gpuhealth:demo-remediator"
 NODES_READY_S = 120.0  # hang guard: KWOK makes a node Ready within seconds
 WATCH_TIMEOUT_S = 60  # a watch is renewed this often (and at once after an error)
 SYNC_TIMEOUT_S = 30.0
+STOP_JOIN_S = 5.0
 
 
 def check_real_playable(scenario: Scenario) -> None:
@@ -140,10 +141,13 @@ class _Mirror:
         return self
 
     def stop(self) -> None:
+        """Ask the watch to end; it does at its next event or when the API server goes (:meth:`join`)."""
         self._stopping.set()
         if self._watch is not None:
             self._watch.stop()
-        self._thread.join(WATCH_TIMEOUT_S)
+
+    def join(self) -> None:
+        self._thread.join(STOP_JOIN_S)
 
     def objects(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -239,9 +243,9 @@ class RealKubeOrchestrator:
         return names
 
     def stop(self) -> None:
-        for mirror in (self._pods, self._nodes):
-            if mirror is not None:
-                mirror.stop()
+        mirrors = [mirror for mirror in (self._pods, self._nodes) if mirror is not None]
+        for mirror in mirrors:
+            mirror.stop()
         self._pods = self._nodes = None
         for each in (self._agents_client, self._client):
             if each is not None:
@@ -249,8 +253,10 @@ class RealKubeOrchestrator:
                 closing.close()
         self._agents_client = self._client = None
         if self._plane is not None:
-            self._plane.stop()
+            self._plane.stop()  # a watch waiting for its next event ends with the API server
             self._plane = None
+        for mirror in mirrors:
+            mirror.join()
 
     def connector(self) -> RealKubeConnector:
         return RealKubeConnector(self.plane.url, self.plane.admin_token, str(self.plane.ca_file))
