@@ -234,8 +234,9 @@ class RealKubeOrchestrator:
             raise ControlPlaneUnavailable(
                 how_to_build("kube-scheduler" if not self._plane.scheduler else "kwok")
             )
-        self._client = self._plane.api_client()
-        self._client.configuration.connection_pool_maxsize = SHARED_POOL_CONNECTIONS
+        configuration = self._plane.configuration()  # the admin's
+        configuration.connection_pool_maxsize = SHARED_POOL_CONNECTIONS  # two watches and the reads
+        self._client = client.ApiClient(configuration)
         names = [node_name(index, nodes) for index in range(nodes)]
         create_kwok_nodes(self._client, names, gpus_per_node)
         wait_schedulable(self._client, names, NODES_READY_S)
