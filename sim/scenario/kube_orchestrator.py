@@ -65,22 +65,42 @@ def pod_spec(gpus: int) -> dict[str, Any]:
     return {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
 
 
-def training_jobset(job: TrainingJob, namespace: str, gpus: int) -> dict[str, Any]:
-    """The training job: a JobSet of ``job.nodes`` one-pod Jobs, each pod taking a whole node; no failure
-    policy (the remediator restarts it with the suspend toggle), a backoff the eviction does not exhaust."""
-    template = {
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "backoffLimit": 3,
-            "template": {"spec": pod_spec(gpus)},
-        }
+def training_jobset(
+    job: TrainingJob, namespace: str, gpus: int, *, restart_on_eviction: bool = False
+) -> dict[str, Any]:
+    """The training job: a JobSet of ``job.nodes`` one-pod Jobs, each pod taking a whole node, with a
+    backoff the eviction does not exhaust. Without a failure policy the remediator restarts it with the
+    suspend toggle; with ``restart_on_eviction`` (docs/requeue.md's recipe) the JobSet restarts itself on
+    the evicted pod's ``DisruptionTarget`` (``podFailurePolicy: FailJob``,
+    ``RestartJobSetAndIgnoreMaxRestarts``) and the remediator leaves it to it."""
+    job_spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 3,
+        "template": {"spec": pod_spec(gpus)},
     }
+    spec: dict[str, Any] = {
+        "replicatedJobs": [{"name": "workers", "replicas": job.nodes, "template": {"spec": job_spec}}]
+    }
+    if restart_on_eviction:
+        job_spec["podFailurePolicy"] = {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
+        spec["failurePolicy"] = {
+            "maxRestarts": 0,
+            "rules": [
+                {
+                    "name": "evicted",
+                    "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+        }
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {"name": job.name, "namespace": namespace},
-        "spec": {"replicatedJobs": [{"name": "workers", "replicas": job.nodes, "template": template}]},
+        "spec": spec,
     }
 
 

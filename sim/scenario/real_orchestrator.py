@@ -4,10 +4,11 @@ machine, built from the Go modules by ``tools/build-control-plane.sh`` (``sim.re
 etcd, kube-apiserver and kube-controller-manager (Job, Deployment, disruption, node lifecycle ...),
 kube-scheduler placing every pod, KWOK running the GPU nodes (Ready, Lease heartbeats, graceful pod
 deletion that keeps ``DisruptionTarget``), and the real JobSet manager with its webhooks for the training
-job. The agents (real, on fake GPUs) talk to the API server over HTTPS with the plane's CA; the aggregator's
-central remediator drains through it with its own client certificate. What the agents and the controllers
-did is read back through a watch of the nodes and of the workloads' pods (what an operator's tool would
-hold), never from a store of ours.
+job, which restarts itself on an evicted pod's ``DisruptionTarget`` (its failure policy; sim/README.md says
+why it is not left to the suspend toggle here). The agents (real, on fake GPUs) talk to the API server over
+HTTPS with the plane's CA; the aggregator's central remediator drains through it with its own client
+certificate. What the agents and the controllers did is read back through a watch of the nodes and of the
+workloads' pods (what an operator's tool would hold), never from a store of ours.
 
 What does not play here (:func:`check_real_playable`): an API outage (the real API server is not ours to
 switch off and on in the middle of a story) and a partial drain (it reads the kubelet's PodResources
@@ -313,7 +314,12 @@ class RealKubeOrchestrator:
             policy.create_namespaced_pod_disruption_budget(namespace, pdb)
         custom: Any = client.CustomObjectsApi(self.api)
         custom.create_namespaced_custom_object(
-            *JOBSET[:2], namespace, JOBSET[2], training_jobset(job, namespace, self._gpus)
+            *JOBSET[:2],
+            namespace,
+            JOBSET[2],
+            # The JobSet restarts itself on the eviction (see sim/README.md: with the suspend toggle the
+            # real Job controller's 10 s backoff keeps the gang pending while the story goes on).
+            training_jobset(job, namespace, self._gpus, restart_on_eviction=True),
         )
 
     def _create_inference(self, service: InferenceService) -> None:

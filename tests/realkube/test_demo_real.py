@@ -38,7 +38,7 @@ def playable(scenario: Scenario) -> None:
 def test_the_default_scenario_plays_on_the_real_stack_and_every_expectation_holds() -> None:
     """All twenty expectations of the default story on 16 KWOK GPU nodes: XID 79 tainted, drained by the
     central remediator through the real Eviction API (the real disruption controller's PDB), the real JobSet
-    restarted by the suspend toggle and placed by kube-scheduler on untainted nodes, the reboot and the
+    restarting itself on the pod's DisruptionTarget, its pods placed by kube-scheduler on untainted nodes, the reboot and the
     release; XID 13 left in service; the row remap reset; the flapping thermal signal ignored; the burst
     tripping the breaker with no mass drain; the alerts delivered."""
     scenario = load_scenario(shipped_scenario())
