@@ -46,6 +46,8 @@ _.ConnectionCls  # urllib3 connection pools build their connections from it (rem
 _.pool_classes_by_scheme  # urllib3 PoolManager picks a pool class per scheme from it
 _.ENDPOINT  # python-nomad's Requester builds its URLs from ENDPOINT (remediation/nomad/api.py)
 _.connection_pool_maxsize  # kubernetes Configuration: urllib3 pool size (sim/scenario/kube_orchestrator.py)
+_.crd_dir  # the control plane's CRDs for the chart's dry run (tests/realkube/test_chart_dry_run.py)
+_.node_client  # a kubelet's identity on the real control plane (tests/support/fake_kubelet.py)
 _.warn  # structlog calls the logger method named after the level (core/logging.py StderrLogger)
 _.err  # structlog level alias
 _.critical  # structlog level

@@ -1,12 +1,13 @@
 """``gpuhealth demo``: the whole system on this machine, playing a fault scenario.
 
-The emulated Kubernetes API (or the Nomad API with --orchestrator nomad) with GPU nodes, the aggregator on
-a SQLite file in a temporary directory, one real agent per node on fake GPUs, a training job and inference
-pods; then a scenario's timeline of faults, checked against its expectations. With no --scenario it plays
-the shipped default story (XID 79 drained, rebooted, validated and released; XID 13 left in service; a
-pending row remap drained, reset, validated and released; a flapping thermal signal; a correlated burst
-that trips the breaker). Exits 0 only if every expectation held, 1 if one did not, 2 if the scenario is
-invalid or cannot be played.
+The emulated Kubernetes API (or the Nomad API with --orchestrator nomad; or, with --cluster real, a real
+Kubernetes stack on this machine: kube-apiserver, kube-scheduler, KWOK GPU nodes, the JobSet manager) with
+GPU nodes, the aggregator on a SQLite file in a temporary directory, one real agent per node on fake GPUs, a
+training job and inference pods; then a scenario's timeline of faults, checked against its expectations.
+With no --scenario it plays the shipped default story (XID 79 drained, rebooted, validated and released;
+XID 13 left in service; a pending row remap drained, reset, validated and released; a flapping thermal
+signal; a correlated burst that trips the breaker). Exits 0 only if every expectation held, 1 if one did
+not, 2 if the scenario is invalid or cannot be played (on --cluster real: also when the stack is not built).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--orchestrator",
         choices=("kubernetes", "nomad"),
         help="play on this emulated orchestrator instead of the scenario's own",
+    )
+    parser.add_argument(
+        "--cluster",
+        choices=("emulated", "real"),
+        default="emulated",
+        help="real: play on a real Kubernetes stack on this machine (kube-apiserver, kube-scheduler, KWOK "
+        "GPU nodes, the JobSet manager) built by tools/build-control-plane.sh; Kubernetes scenarios only",
     )
     parser.add_argument("--headless", action="store_true", help="no live view: progress lines and summary")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -124,11 +132,19 @@ def run_demo(args: argparse.Namespace) -> int:
         if live:
             with LiveView(scenario.name) as view:
                 summary = run_scenario(
-                    scenario, view, keep_s=args.keep, story_over=lambda done: show(done, view.console)
+                    scenario,
+                    view,
+                    keep_s=args.keep,
+                    story_over=lambda done: show(done, view.console),
+                    cluster=args.cluster,
                 )
         else:
             summary = run_scenario(
-                scenario, ProgressLines(), keep_s=args.keep, story_over=lambda done: show(done, Console())
+                scenario,
+                ProgressLines(),
+                keep_s=args.keep,
+                story_over=lambda done: show(done, Console()),
+                cluster=args.cluster,
             )
     except ScenarioRunError as exc:
         raise CliError(f"scenario {scenario.name!r} cannot be played: {exc}", EXIT_INVALID) from None

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from agent.settings import AgentSettings
 from sim.aggregator_child import AggregatorChild
 from sim.aggregator_process import AggregatorStartError
+from sim.realkube.control_plane import ControlPlaneUnavailable
 from sim.scenario.agents import (
     AgentFleet,
     agent_settings,
@@ -41,9 +42,11 @@ from sim.scenario.model import (
 )
 from sim.scenario.nomad_orchestrator import NomadOrchestrator
 from sim.scenario.orchestrator import JobView, NodeView, Orchestrator
+from sim.scenario.real_orchestrator import RealKubeOrchestrator, check_real_playable
 from sim.scenario.receiver import AlertReceiver
 from sim.scenario.summary import (
     FLEET_PAGE_PREFIX,
+    Cluster,
     Durations,
     ExpectationResult,
     FaultLatency,
@@ -95,8 +98,15 @@ class Observer(Protocol):
     def refresh(self, state: LiveState) -> None: ...
 
 
-def orchestrator_for(scenario: Scenario) -> Orchestrator:
-    """The emulated orchestrator the scenario asks for."""
+def orchestrator_for(scenario: Scenario, cluster: Cluster = "emulated") -> Orchestrator:
+    """The orchestrator the scenario asks for: emulated, or (``cluster="real"``, Kubernetes only) the real
+    stack of ``sim.realkube``; raises ScenarioRunError in one line when the real stack cannot play it."""
+    if cluster == "real":
+        try:
+            check_real_playable(scenario)
+        except ControlPlaneUnavailable as exc:
+            raise ScenarioRunError(str(exc)) from None
+        return RealKubeOrchestrator()
     if scenario.orchestrator == "kubernetes":
         return KubernetesOrchestrator()
     if scenario.orchestrator == "nomad":
@@ -118,8 +128,12 @@ def run_scenario(
     *,
     keep_s: float = 0.0,
     story_over: Callable[[RunSummary], None] | None = None,
+    cluster: Cluster = "emulated",
 ) -> RunSummary:
     """Play ``scenario`` and report every expectation; raises ScenarioRunError when it cannot play.
+
+    ``cluster="real"`` plays it on a real Kubernetes stack on this machine (``sim.realkube``: kube-apiserver,
+    kube-scheduler, KWOK GPU nodes, the JobSet manager) instead of the emulator.
 
     A fleet too large to poll at the scenario's pace plays the scenario dilated by ``time_scale``. With
     ``keep_s``, the fleet and its aggregator's fleet page stay up that long after the story (Ctrl-C or
@@ -134,12 +148,21 @@ def run_scenario(
     scenario = scenario.dilated(scale)
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuhealth-demo-")))
+        orchestrator = orchestrator_for(scenario, cluster)
         receiver = AlertReceiver().start()
         stack.callback(receiver.stop)
-        orchestrator = orchestrator_for(scenario)
         stack.callback(orchestrator.stop)
-        observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
-        names = orchestrator.start(scenario.fleet.nodes, scenario.fleet.gpus_per_node)
+        if cluster == "real":
+            observer.progress(
+                f"starting a real Kubernetes stack (kube-apiserver, kube-scheduler, KWOK) with "
+                f"{scenario.fleet.nodes} GPU nodes"
+            )
+        else:
+            observer.progress(f"starting {scenario.orchestrator} with {scenario.fleet.nodes} GPU nodes")
+        try:
+            names = orchestrator.start(scenario.fleet.nodes, scenario.fleet.gpus_per_node)
+        except (RuntimeError, TimeoutError) as exc:  # ControlPlaneUnavailable, a process that exited
+            raise ScenarioRunError(f"the {cluster} cluster did not start: {exc}") from None
         identities = DemoIdentities.fresh(names)
         remediator = orchestrator.central_remediator(workdir)
         aggregator = _start_aggregator(scenario, workdir, receiver, identities, remediator)
@@ -152,7 +175,7 @@ def run_scenario(
         observer.progress("starting the workloads")
         try:
             orchestrator.start_workloads(scenario.workloads, WORKLOAD_TIMEOUT_S)
-        except TimeoutError as exc:
+        except (TimeoutError, ControlPlaneUnavailable) as exc:
             raise ScenarioRunError(f"the workloads did not start: {exc}") from None
         startup_s = time.monotonic() - began
         slower = f" {scale:g} times slower (a large fleet polls less often)" if scale != 1 else ""
@@ -165,6 +188,7 @@ def run_scenario(
         summary = RunSummary(
             scenario=scenario.name,
             orchestrator=scenario.orchestrator,
+            cluster=cluster,
             nodes=scenario.fleet.nodes,
             time_scale=round(scale, 3),
             passed=all(r.passed for r in results),

@@ -59,6 +59,103 @@ def kube_agent(settings: AgentSettings, library: NvmlLibrary, api_client: client
     )
 
 
+def pod_spec(gpus: int) -> dict[str, Any]:
+    """A workload pod taking ``gpus`` GPUs, never restarted in place, gone at once when deleted."""
+    container = {"name": "main", "image": "demo", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
+
+
+def training_jobset(
+    job: TrainingJob, namespace: str, gpus: int, *, restart_on_eviction: bool = False
+) -> dict[str, Any]:
+    """The training job: a JobSet of ``job.nodes`` one-pod Jobs, each pod taking a whole node, with a
+    backoff the eviction does not exhaust. Without a failure policy the remediator restarts it with the
+    suspend toggle; with ``restart_on_eviction`` (docs/requeue.md's recipe) the JobSet restarts itself on
+    the evicted pod's ``DisruptionTarget`` (``podFailurePolicy: FailJob``,
+    ``RestartJobSetAndIgnoreMaxRestarts``) and the remediator leaves it to it."""
+    job_spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 3,
+        "template": {"spec": pod_spec(gpus)},
+    }
+    spec: dict[str, Any] = {
+        "replicatedJobs": [{"name": "workers", "replicas": job.nodes, "template": {"spec": job_spec}}]
+    }
+    if restart_on_eviction:
+        job_spec["podFailurePolicy"] = {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
+        spec["failurePolicy"] = {
+            "maxRestarts": 0,
+            "rules": [
+                {
+                    "name": "evicted",
+                    "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+        }
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": job.name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def training_pdb(job: TrainingJob, namespace: str) -> dict[str, Any] | None:
+    """The training job's PodDisruptionBudget, when the scenario asks for one."""
+    if job.pdb_min_available is None:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": job.name, "namespace": namespace},
+        "spec": {
+            "minAvailable": job.pdb_min_available,
+            "selector": {"matchLabels": {JOBSET_LABEL: job.name}},
+        },
+    }
+
+
+def note_gang(gangs: list[frozenset[str]], pods: list[dict[str, Any]], size: int) -> None:
+    """A whole new gang running (no pod of the previous one) is a restart, whichever way it was done:
+    the JobSet's own counter misses a suspend/resume toggle, which recreates every pod just the same."""
+    uids = frozenset(str(pod["metadata"]["uid"]) for pod in pods)
+    if len(uids) == size and (not gangs or not uids & gangs[-1]):
+        gangs.append(uids)
+
+
+def pods_per_node(pods: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Workload pods per node: bound, not terminating, Pending or Running."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if (
+            node
+            and "deletionTimestamp" not in pod["metadata"]
+            and (pod.get("status") or {}).get("phase") in ("Pending", "Running")
+        ):
+            counts[node] = counts.get(node, 0) + 1
+    return counts
+
+
+def node_view(node: dict[str, Any], pods: dict[str, int]) -> NodeView:
+    """What the scenario sees of a Node object (``pods``: :func:`pods_per_node`)."""
+    metadata = node["metadata"]
+    name = str(metadata["name"])
+    taint = next((t for t in node["spec"].get("taints") or [] if t.get("key") == TAINT_KEY), None)
+    ours = (metadata.get("annotations") or {}).get(CORDONED_ANNOTATION) == "true"
+    return NodeView(
+        name=name,
+        state=(metadata.get("labels") or {}).get(STATE_LABEL),
+        taint=str(taint.get("value") or "") if taint is not None else None,
+        cordoned=bool(node["spec"].get("unschedulable")) and ours,
+        workload_pods=pods.get(name, 0),
+    )
+
+
 @dataclass(frozen=True)
 class KubeConnector:
     """Agents in another process reach the API server at ``url`` with ``token`` (one client per process)."""
@@ -157,38 +254,12 @@ class KubernetesOrchestrator:
             time.sleep(POLL_S)
         self.job()  # the first gang, so that a later one counts as a restart
 
-    def _pod_spec(self, gpus: int) -> dict[str, Any]:
-        container = {"name": "main", "image": "demo", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-        return {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
-
     def _create_training(self, job: TrainingJob) -> None:
         namespace = self._workloads.namespace
-        template = {
-            "spec": {
-                "parallelism": 1,
-                "completions": 1,
-                "backoffLimit": 3,
-                "template": {"spec": self._pod_spec(self._gpus)},
-            }
-        }
-        body = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": {"name": job.name, "namespace": namespace},
-            "spec": {"replicatedJobs": [{"name": "workers", "replicas": job.nodes, "template": template}]},
-        }
-        if job.pdb_min_available is not None:
-            pdb = {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": job.name, "namespace": namespace},
-                "spec": {
-                    "minAvailable": job.pdb_min_available,
-                    "selector": {"matchLabels": {JOBSET_LABEL: job.name}},
-                },
-            }
+        pdb = training_pdb(job, namespace)
+        if pdb is not None:
             self.sim.store.create(PDB_KEY, pdb)
-        self.sim.store.create(JOBSET_KEY, body)
+        self.sim.store.create(JOBSET_KEY, training_jobset(job, namespace, self._gpus))
 
     def _create_inference(self, service: InferenceService) -> None:
         # A Job whose pods keep running stands in for a Deployment: the emulator runs Jobs, not ReplicaSets,
@@ -200,7 +271,7 @@ class KubernetesOrchestrator:
             "spec": {
                 "parallelism": service.replicas,
                 "completions": service.replicas,
-                "template": {"spec": self._pod_spec(service.gpus)},
+                "template": {"spec": pod_spec(service.gpus)},
             },
         }
         self.sim.store.create("jobs.batch", body)
@@ -262,34 +333,9 @@ class KubernetesOrchestrator:
         return sorted(views, key=lambda view: view.name)
 
     def _pods_per_node(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for pod in self._committed("pods", self._workloads.namespace):
-            node = pod["spec"].get("nodeName")
-            if (
-                node
-                and "deletionTimestamp" not in pod["metadata"]
-                and pod["status"].get("phase")
-                in (
-                    "Pending",
-                    "Running",
-                )
-            ):
-                counts[node] = counts.get(node, 0) + 1
-        return counts
+        return pods_per_node(self._committed("pods", self._workloads.namespace))
 
-    @staticmethod
-    def _view(node: dict[str, Any], pods: dict[str, int]) -> NodeView:
-        metadata = node["metadata"]
-        name = str(metadata["name"])
-        taint = next((t for t in node["spec"].get("taints") or [] if t.get("key") == TAINT_KEY), None)
-        ours = (metadata.get("annotations") or {}).get(CORDONED_ANNOTATION) == "true"
-        return NodeView(
-            name=name,
-            state=(metadata.get("labels") or {}).get(STATE_LABEL),
-            taint=str(taint.get("value") or "") if taint is not None else None,
-            cordoned=bool(node["spec"].get("unschedulable")) and ours,
-            workload_pods=pods.get(name, 0),
-        )
+    _view = staticmethod(node_view)
 
     def job(self) -> JobView | None:
         training = self._workloads.training
@@ -298,19 +344,12 @@ class KubernetesOrchestrator:
         jobset = self.sim.store.get(JOBSET_KEY, self._workloads.namespace, training.name)
         counted = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
         pods = self._running_pods(**{JOBSET_LABEL: training.name})
-        self._note_gang(pods, training.nodes)
+        note_gang(self._gangs, pods, training.nodes)
         return JobView(
             restarts=max(counted, len(self._gangs) - 1),
             running_nodes=tuple(sorted(str(pod["spec"]["nodeName"]) for pod in pods)),
             expected_pods=training.nodes,
         )
-
-    def _note_gang(self, pods: list[dict[str, Any]], size: int) -> None:
-        """A whole new gang running (no pod of the previous one) is a restart, whichever way it was done:
-        the JobSet's own counter misses a suspend/resume toggle, which recreates every pod just the same."""
-        uids = frozenset(str(pod["metadata"]["uid"]) for pod in pods)
-        if len(uids) == size and (not self._gangs or not uids & self._gangs[-1]):
-            self._gangs.append(uids)
 
     def api_outage(self, seconds: float) -> None:
         self.sim.faults.outage(seconds)

@@ -6,8 +6,12 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Where a scenario plays: the emulated orchestrator, or a real Kubernetes stack (``sim.realkube``).
+Cluster = Literal["emulated", "real"]
 
 FLEET_PAGE_PREFIX = "fleet page: "
 """How a run announces its fleet page's address (the live view keeps it on screen for the whole run)."""
@@ -49,6 +53,10 @@ class Durations(_Frozen):
 class RunSummary(_Frozen):
     scenario: str
     orchestrator: str
+    cluster: Cluster = Field(
+        default="emulated",
+        description="emulated: the orchestrator emulated in process; real: a real Kubernetes stack.",
+    )
     nodes: int
     time_scale: float = Field(
         default=1.0,

@@ -163,3 +163,39 @@ def test_a_shipped_scenario_is_played_by_name_and_an_unknown_name_lists_them(run
     result = run_cli("demo", "--scenario", "brekaer")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "no shipped scenario named 'brekaer' (shipped: api-outage, breaker, default" in result.stderr
+
+
+def test_cluster_real_without_the_binaries_says_how_to_build_them_in_one_line_and_exits_2(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """--cluster real where the control plane is not built (the binaries' directory is empty): one line
+    naming the build script, exit 2, before anything starts."""
+    empty = tmp_path / "no-binaries"
+    empty.mkdir()
+    result = run_cli(
+        "demo", "--cluster", "real", "--headless", env={"GPUHEALTH_CONTROL_PLANE_BIN": str(empty)}
+    )
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "tools/build-control-plane.sh" in result.stderr and "Traceback" not in result.stderr
+    assert "starting" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (("--scenario", "api-outage"), "API outage is played on the emulator only"),
+        (("--scenario", "gpu-quarantine"), "partial drain"),
+        (("--orchestrator", "nomad"), "the real stack is Kubernetes"),
+    ],
+)
+def test_cluster_real_refuses_what_the_real_stack_cannot_play_in_one_line(
+    run_cli: RunCli, arguments: tuple[str, ...], reason: str
+) -> None:
+    """An API outage, a partial drain (KWOK nodes serve no PodResources) or a Nomad scenario on --cluster
+    real: one line saying why, exit 2, before the stack is looked for."""
+    result = run_cli("demo", "--cluster", "real", "--headless", *arguments)
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and reason in result.stderr, result.stderr

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from control_plane import ControlPlane, ControlPlaneUnavailable
-from fake_kubelet import FakeKubelets, now
-from kube_stack import KWOK_ANNOTATION, how_to_build
+from fake_kubelet import FakeKubelets
+from kube_stack import how_to_build
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from scenario_rig import GpuNodeRig
@@ -27,7 +27,7 @@ from agent.settings import AgentSettings
 from core.clock import ManualClock
 from remediation.kubernetes.executor import KubernetesExecutor
 from remediation.kubernetes.settings import RetrySettings
-from sim.kube.fleet import gpu_node
+from sim.realkube.nodes import create_kwok_node
 
 TAINT_KEY = "gpuhealth.io/unhealthy"
 
@@ -81,14 +81,7 @@ class Cluster:
         """A Node as the GPU operator's node reports itself (``sim.kube.fleet.gpu_node``: labels, capacity
         with ``nvidia.com/gpu``), annotated for KWOK, whose stages make it Ready and whose Lease controller
         renews its Lease."""
-        body = gpu_node(name, gpus=gpus, heartbeat=now())
-        status = body.pop("status")
-        body["metadata"]["annotations"][KWOK_ANNOTATION] = "fake"
-        self.core.create_node(body)
-        self.core.patch_node_status(
-            name,
-            {"status": {key: status[key] for key in ("capacity", "allocatable", "addresses", "nodeInfo")}},
-        )
+        create_kwok_node(self.core, name, gpus)
 
     def _untainted(self) -> bool:
         return all(

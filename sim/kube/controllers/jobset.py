@@ -16,7 +16,12 @@ https://jobset.sigs.k8s.io/docs/concepts/):
 - a restart bumps ``status.restarts``; Jobs of an older ``restart-attempt`` are deleted with foreground
   propagation (their pods go first) and recreated under the same names (``restartStrategy: Recreate``, the
   default; ``BlockingRecreate`` behaves the same here, since a name is free only once its Job is gone);
-  a Warning Event ``RestartJobSetFailurePolicyAction`` says why;
+  a Warning Event ``RestartJobSetFailurePolicyAction`` says why, and condition ``RestartingJobSet`` True
+  (``FailurePolicy_<rule name>``, ``failurePolicyRule<i>`` for a rule without one as the JobSet webhook
+  names it, or ``DefaultFailurePolicy`` when no rule matched) with a Warning Event of that reason, False
+  (``JobsReady``) once every Job is ready again;
+- a failed JobSet gets a Warning Event with its ``Failed`` reason (and ``RestartingJobSet``
+  False ``JobSetFailed``, if it was restarting);
 - ``spec.suspend`` is copied to every child Job (the Job controller then deletes or recreates pods);
   condition ``Suspended`` (``SuspendedJobs`` / ``ResumeJobs``);
 - ``successPolicy`` (``operator`` All | Any over ``targetReplicatedJobs``, default All over every
@@ -69,6 +74,7 @@ JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
 COMPONENT = "jobset-controller"
 
 FAIL_JOBSET = "FailJobSet"
+RESTARTING = "RestartingJobSet"  # the condition type (``JobSetRestarting`` in the JobSet API)
 RESTART_JOBSET = "RestartJobSet"
 RESTART_IGNORING_MAX = "RestartJobSetAndIgnoreMaxRestarts"
 _ACTION_REASONS = {
@@ -129,6 +135,7 @@ class _JobSetSync:
         self.current = [j for j in jobs if labels_of(j).get(RESTART_ATTEMPT_KEY) == attempt]
         self.stale = [j for j in jobs if labels_of(j).get(RESTART_ATTEMPT_KEY) != attempt]
         self.ended: list[KubeObject] = []
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message), sent with the status
 
     def run(self) -> None:
         for job in self.stale:
@@ -136,13 +143,41 @@ class _JobSetSync:
         restart: tuple[str, KubeObject] | None = None
         if not self.status.get("terminalState"):
             self._sync_suspend()
+            if not self.spec.get("suspend") and self._all_jobs_ready():
+                self._set_restarting("False", "JobsReady", "all jobs are ready", "Normal")
             restart = self._apply_failure_policy()
             if restart is None and not self._failed_now() and not self._check_success():
                 self._create_missing()
         # A restart acts only once its new count is stored: should the status write lose a race (another
-        # client wrote the JobSet), the next pass sees the same failed Job and decides again.
-        if self._write_status() and restart is not None:
-            self._restart(*restart)
+        # client wrote the JobSet), the next pass sees the same failed Job and decides again. The Events of
+        # the conditions changed go out only then too, as the real manager sends them.
+        if self._write_status():
+            for event_type, reason, message in self.events:
+                record_event(self.store, self.jobset, event_type, reason, message, component=COMPONENT)
+            if restart is not None:
+                self._restart(*restart)
+
+    def _all_jobs_ready(self) -> bool:
+        """Every replica's Job ready or succeeded (the real manager's ``allJobsReady``)."""
+        total = sum(int(r.get("replicas", 1)) for r in self._replicated_jobs())
+        done = sum(int(s["ready"]) + int(s["succeeded"]) for s in self._replicated_jobs_status())
+        return total == done
+
+    def _set_restarting(self, status: str, reason: str, message: str, event_type: str) -> None:
+        """The ``RestartingJobSet`` condition, with an Event when it changes; a False one only updates an
+        existing condition (as the real manager's ``updateCondition``)."""
+        found = next((c for c in self.status.get("conditions") or [] if c.get("type") == RESTARTING), None)
+        if found is None and status != "True":
+            return
+        if found is not None and (found.get("status"), found.get("reason"), found.get("message")) == (
+            status,
+            reason,
+            message,
+        ):
+            return
+        new = {"type": RESTARTING, "status": status, "reason": reason, "message": message}
+        set_condition(self.status, new, self.now)
+        self.events.append((event_type, reason, message))
 
     # --- failure policy ----------------------------------------------------------------------------
 
@@ -165,7 +200,7 @@ class _JobSetSync:
                 _with_first_failed("jobset failed due to one or more job failures", name_of(first)),
             )
             return None
-        action = self._matching_action(policy, first)
+        action, rule = self._matching_action(policy, first)
         if action == FAIL_JOBSET:
             reason, message = _ACTION_REASONS[FAIL_JOBSET]
             self._fail(reason, _with_first_failed(message, name_of(first)))
@@ -176,19 +211,24 @@ class _JobSetSync:
             self._fail("ReachedMaxRestarts", _with_first_failed(message, name_of(first)))
         else:
             self._count_restart(action)
+            _, message = _ACTION_REASONS.get(action, _ACTION_REASONS[RESTART_JOBSET])
+            reason = f"FailurePolicy_{rule}" if rule is not None else "DefaultFailurePolicy"
+            self._set_restarting("True", reason, _with_first_failed(message, name_of(first)), "Warning")
             return action, first
         return None
 
     @staticmethod
-    def _matching_action(policy: Mapping[str, Any], job: Mapping[str, Any]) -> str:
+    def _matching_action(policy: Mapping[str, Any], job: Mapping[str, Any]) -> tuple[str, str | None]:
+        """The action of the first matching rule and the rule's name (``failurePolicyRule<i>`` when it has
+        none, as the JobSet webhook names it); ``RestartJobSet`` and None when no rule matches."""
         reason = job_failure_reason(job)
         replicated_job = labels_of(job).get(REPLICATED_JOB_NAME_KEY)
-        for rule in policy.get("rules") or []:
+        for index, rule in enumerate(policy.get("rules") or []):
             reasons = rule.get("onJobFailureReasons") or []
             targets = rule.get("targetReplicatedJobs") or []
             if (not reasons or reason in reasons) and (not targets or replicated_job in targets):
-                return str(rule.get("action"))
-        return RESTART_JOBSET
+                return str(rule.get("action")), str(rule.get("name") or f"failurePolicyRule{index}")
+        return RESTART_JOBSET, None
 
     def _count_restart(self, action: str) -> None:
         self.status["restarts"] = int(self.status["restarts"]) + 1
@@ -216,6 +256,8 @@ class _JobSetSync:
         set_condition(
             self.status, {"type": "Failed", "status": "True", "reason": reason, "message": message}, self.now
         )
+        self.events.append(("Warning", reason, message))
+        self._set_restarting("False", "JobSetFailed", "jobset failed", "Normal")
 
     # --- success and suspend -----------------------------------------------------------------------
 

@@ -5,12 +5,13 @@ TrainJob / TrainingRuntime API reference): a TrainJob names a runtime in ``spec.
 ClusterTrainingRuntime, the default, or a namespaced TrainingRuntime); the runtime's ``spec.template`` is
 a JobSet template, and the TrainJob owns one JobSet of the same name built from it.
 ``spec.trainer.numNodes`` sets ``parallelism`` and ``completions`` of the replicated job ``node`` (the v2
-runtimes' trainer job; ``trainer-node`` in early runtimes). ``spec.suspend`` is propagated to the JobSet,
-with condition ``Suspended`` (``Suspended`` / ``Resumed``); the JobSet's ``Completed`` / ``Failed``
-become the TrainJob's ``Complete`` / ``Failed``.
+runtimes' trainer job; ``trainer-node`` in early runtimes), ``spec.trainer.resourcesPerNode`` the resources
+and ``spec.trainer.image`` the image of its trainer container (``node``; ``trainer`` in early runtimes).
+``spec.suspend`` is propagated to the JobSet, with condition ``Suspended`` (``Suspended`` / ``Resumed``);
+the JobSet's ``Completed`` / ``Failed`` become the TrainJob's ``Complete`` / ``Failed``.
 
-Not emulated: ML policies (torch, MPI) and their environment, initializers, ``podSpecOverrides``,
-``managedBy``, status ``jobsStatus``.
+Not emulated: ML policies (torch, MPI) and their environment, the trainer's ``command``, ``args`` and
+``env``, initializers, ``podSpecOverrides``, ``managedBy``, status ``jobsStatus``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ API_VERSION = "trainer.kubeflow.org/v1alpha1"
 CLUSTER_RUNTIMES = "clustertrainingruntimes.trainer.kubeflow.org"
 RUNTIMES = "trainingruntimes.trainer.kubeflow.org"
 TRAINER_JOB_NAMES = ("node", "trainer-node")
+TRAINER_CONTAINERS = ("node", "trainer")
 
 
 class TrainJobController:
@@ -69,11 +71,15 @@ def _runtime(store: ObjectStore, trainjob: Mapping[str, Any]) -> Mapping[str, An
 def _jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> KubeObject:
     template = copy.deepcopy((runtime.get("spec") or {}).get("template") or {})
     spec: dict[str, Any] = template.get("spec") or {}
-    num_nodes = ((trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes")
+    trainer = (trainjob.get("spec") or {}).get("trainer") or {}
+    num_nodes = trainer.get("numNodes")
     for replicated in spec.get("replicatedJobs") or []:
-        if replicated.get("name") in TRAINER_JOB_NAMES and num_nodes is not None:
-            job_spec = replicated.setdefault("template", {}).setdefault("spec", {})
+        if replicated.get("name") not in TRAINER_JOB_NAMES:
+            continue
+        job_spec = replicated.setdefault("template", {}).setdefault("spec", {})
+        if num_nodes is not None:
             job_spec["parallelism"] = job_spec["completions"] = int(num_nodes)
+        _override_trainer_container(job_spec, trainer)
     spec["suspend"] = bool((trainjob.get("spec") or {}).get("suspend"))
     metadata = template.get("metadata") or {}
     return {
@@ -88,6 +94,20 @@ def _jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Kube
         },
         "spec": spec,
     }
+
+
+def _override_trainer_container(job_spec: dict[str, Any], trainer: Mapping[str, Any]) -> None:
+    """The TrainJob's ``trainer.image`` and ``trainer.resourcesPerNode`` on the trainer container (named
+    ``node``, ``trainer`` in early runtimes), as the real Trainer builds its JobSet."""
+    pod_spec = job_spec.setdefault("template", {}).setdefault("spec", {})
+    containers = pod_spec.get("containers") or []
+    container = next((c for c in containers if c.get("name") in TRAINER_CONTAINERS), None)
+    if container is None:
+        return
+    if trainer.get("image"):
+        container["image"] = trainer["image"]
+    if trainer.get("resourcesPerNode") is not None:
+        container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
 
 
 def _sync(store: ObjectStore, trainjob: KubeObject) -> None:

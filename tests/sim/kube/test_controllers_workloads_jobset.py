@@ -169,6 +169,44 @@ def test_evicted_pod_with_restart_rule_on_pod_failure_policy_restarts_whole_jobs
     assert cluster.jobset()["status"]["restarts"] == 1
 
 
+def warnings(cluster: Cluster) -> list[str]:
+    """Reasons of the Warning Events about the JobSet, oldest first."""
+    events = cluster.core.list_namespaced_event("ml", field_selector="involvedObject.name=train").items
+    return [str(e.reason) for e in events if e.type == "Warning"]
+
+
+def test_a_restart_says_so_in_condition_restarting_job_set_and_its_events_as_jobset_0_12_does(
+    cluster: Cluster,
+) -> None:
+    """JobSet v0.12.0 (tests/realkube/test_differential_workloads.py): a restart by the default action sets
+    ``RestartingJobSet`` True (``DefaultFailurePolicy``) with a Warning Event of that reason beside the
+    action's, and ``RestartingJobSet`` False (``JobsReady``, a Normal Event) once every Job is ready again."""
+    body = _jobset(failurePolicy={"maxRestarts": 3}, template=_fail_pods_after(5))
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, body)
+    cluster.settle()
+    cluster.advance(6)
+    assert cluster.jobset()["status"]["restarts"] == 1
+    assert set(warnings(cluster)) == {"DefaultFailurePolicy", "RestartJobSetFailurePolicyAction"}
+    assert cluster.conditions()["RestartingJobSet"] == ("False", "JobsReady")
+    events = cluster.core.list_namespaced_event("ml", field_selector="involvedObject.name=train").items
+    assert [e.type for e in events if e.reason == "JobsReady"] == ["Normal"]
+
+
+def test_a_named_rule_restart_and_a_failure_give_their_reasons_as_jobset_0_12_does(cluster: Cluster) -> None:
+    """The reason of a restart by a rule is ``FailurePolicy_<name>`` (``failurePolicyRule0`` for an unnamed
+    first rule, as the JobSet webhook names it); a failed JobSet records a Warning Event with its
+    ``Failed`` reason, and ``RestartingJobSet`` turns False (``JobSetFailed``)."""
+    policy = {"maxRestarts": 1, "rules": [{"action": "RestartJobSet"}]}
+    body = _jobset(failurePolicy=policy, template=_fail_pods_after(5))
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, body)
+    cluster.settle()
+    for _ in range(4):
+        cluster.advance(6)
+    assert cluster.conditions()["Failed"] == ("True", "ReachedMaxRestarts")
+    assert cluster.conditions()["RestartingJobSet"] == ("False", "JobSetFailed")
+    assert {"FailurePolicy_failurePolicyRule0", "ReachedMaxRestarts"} <= set(warnings(cluster))
+
+
 def _fail_pods_after(seconds: int) -> dict[str, Any]:
     return _job_template(pod_annotations={"sim.gpuhealth.io/fail-after": str(seconds)})
 

@@ -118,6 +118,27 @@ def test_trainjob_owns_a_jobset_built_from_its_runtime_with_num_nodes(cluster: C
     assert len(pods) == 3 and {p.status.phase for p in pods} == {"Running"}
 
 
+def test_trainjob_resources_per_node_and_image_go_on_the_trainer_container(cluster: Cluster) -> None:
+    """`trainer.resourcesPerNode` replaces the runtime's resources and `trainer.image` its image on the
+    trainer container `node`, as the real Trainer v2.0.0 builds its JobSet
+    (tests/realkube/test_differential_workloads.py): four 4-GPU pods, not the runtime's 8 GPUs."""
+    trainer = {
+        "numNodes": 4,
+        "image": "registry.invalid/llm:1",
+        "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4"}},
+    }
+    cluster.custom.create_namespaced_custom_object(
+        GROUP, VERSION, "ml", "trainjobs", _trainjob(trainer=trainer)
+    )
+    assert cluster.sim.settle(10.0)
+    pods = cluster.live_pods()
+    assert len(pods) == 4
+    (container,) = {
+        (c.name, c.image, c.resources.limits["nvidia.com/gpu"]) for p in pods for c in p.spec.containers
+    }
+    assert container == ("node", "registry.invalid/llm:1", "4")
+
+
 def test_trainjob_suspend_propagates_to_its_jobset_and_resume_restarts_pods(cluster: Cluster) -> None:
     """`spec.suspend` is copied to the JobSet (pods go; TrainJob condition Suspended) and resuming brings
     the pods back (condition Resumed)."""
