@@ -4,8 +4,8 @@ quarantine / release, breaker status / reset, and one clear line for unreachable
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
