@@ -1,0 +1,34 @@
+"""Fixtures of the fault suite: a fresh fleet per test (``fault_world``), closed at teardown whatever
+happened, and the test's seeded trials (``fault_trials``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fault_trials import Trials, seeded
+from fault_world import FaultWorld
+
+MakeWorld = Callable[..., FaultWorld]
+
+
+@pytest.fixture
+def trials_of(request: pytest.FixtureRequest) -> Callable[[str], Trials]:
+    """``trials_of(fault)``: this test's seeded trials of ``fault``."""
+    return lambda fault: seeded(request.node.name, fault)
+
+
+@pytest.fixture
+def make_world(tmp_path: Path) -> Iterator[MakeWorld]:
+    """``make_world(**options)``: a fresh fleet under ``tmp_path``; every one is closed at teardown."""
+    made: list[FaultWorld] = []
+
+    def make(**options: object) -> FaultWorld:
+        world = FaultWorld(tmp_path / f"world-{len(made)}", **options)  # type: ignore[arg-type]
+        made.append(world)
+        return world
+
+    yield make
+    for world in made:
+        world.close()
