@@ -3,12 +3,15 @@ happened, and the test's seeded trials (``fault_trials``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fault_trials import Trials, seeded
 from fault_world import FaultWorld
+
+from tests.aggregator.postgres import PostgresServer, PostgresUnavailable
 
 MakeWorld = Callable[..., FaultWorld]
 
@@ -32,3 +35,24 @@ def make_world(tmp_path: Path) -> Iterator[MakeWorld]:
     yield make
     for world in made:
         world.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL 15 server for the suite's run; fails in CI (CI set) when the binaries are missing."""
+    try:
+        server = PostgresServer.start()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(f"{exc} (outside CI the PostgreSQL faults are skipped)")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """An empty database on the suite's PostgreSQL server, dropped afterwards."""
+    url = postgres_server.new_database()
+    yield url
+    postgres_server.drop_database(url)

@@ -1,7 +1,10 @@
-"""SIGKILL at a random moment of an incident: the aggregator (with its central remediator, on SQLite and on
-PostgreSQL) and the broken node's agent. Each trial breaks one node of a JobSet, waits a seeded random time
-(before the taint, mid-drain, mid-requeue or mid-alert), kills the process, starts it again and checks every
-invariant once the fleet is steady."""
+"""SIGKILL at a random moment of an incident: the aggregator with its central remediator (one process; on
+SQLite and on PostgreSQL) and the broken node's agent.
+
+Each trial runs a JobSet on two of four nodes, breaks one of its nodes (GPU 0 falls off the bus), waits for a
+moment of the incident drawn from the trial's seeded randomness (before the taint, tainted, mid-drain,
+mid-requeue, mid-alert delivery, mid-recovery), kills the process with SIGKILL, starts it again and checks
+every invariant once the fleet is steady (fault_invariants)."""
 
 from __future__ import annotations
 
@@ -10,33 +13,36 @@ from collections.abc import Callable
 
 import pytest
 from fault_trials import Trials, trials
-from fault_world import FaultWorld
+from fault_world import MOMENTS, AgentHost, FaultWorld
 
 from tests.faults.conftest import MakeWorld
 
 STEADY_WITHIN_S = 60.0
-KILL_WINDOW_S = 1.0  # an incident runs from XID to requeued JobSet in about 0.5 s here
+JITTER_S = 0.05
 
 
-def incident(world: FaultWorld) -> str:
-    """A JobSet on two nodes, every agent started (the node to break alone in its process); returns it."""
+def incident(world: FaultWorld) -> tuple[str, AgentHost]:
+    """The aggregator, a JobSet on two nodes, every agent (the node to break alone in its process)."""
     world.aggregator.start()
     world.start_jobset()
     bad = str(world.running()[0]["spec"]["nodeName"])
-    world.start_agents([bad])
+    host = world.start_agents([bad])
     world.start_agents([n for n in world.names if n != bad])
-    return bad
+    return bad, host
 
 
-def kill_aggregator_once(world: FaultWorld, run: Trials) -> None:
-    bad = incident(world)
-    delay = run.rng.uniform(0, KILL_WINDOW_S)
+def kill_once(world: FaultWorld, run: Trials, target: str) -> None:
+    bad, host = incident(world)
+    wanted = run.rng.choice(MOMENTS)
+    jitter = run.rng.uniform(0, JITTER_S)
     world.break_node(bad)
-    time.sleep(delay)
-    moment = f"{world.phase(bad)} (+{delay:.2f} s)"
-    world.aggregator.kill()
-    world.aggregator.start()
-    run.record(world, moment=moment, healed_at=world.recorder.now(), within_s=STEADY_WITHIN_S)
+    moment = world.reach(bad, wanted)
+    time.sleep(jitter)
+    victim = world.aggregator if target == "aggregator" else host
+    victim.kill()
+    victim.start()
+    run.record(world, moment=f"{moment} +{jitter * 1000:.0f} ms", healed_at=world.recorder.now(),
+               within_s=STEADY_WITHIN_S)
 
 
 @pytest.mark.slow
@@ -44,4 +50,20 @@ def kill_aggregator_once(world: FaultWorld, run: Trials) -> None:
 def test_sigkill_of_the_aggregator_and_its_remediator_on_sqlite(
     make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
-    kill_aggregator_once(make_world(), trials_of("sigkill-aggregator-sqlite"))
+    kill_once(make_world(), trials_of("sigkill-aggregator-sqlite"), "aggregator")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(trials(1)))
+def test_sigkill_of_the_aggregator_and_its_remediator_on_postgresql(
+    make_world: MakeWorld, trials_of: Callable[[str], Trials], postgres_url: str, trial: int
+) -> None:
+    kill_once(make_world(database_url=postgres_url), trials_of("sigkill-aggregator-postgresql"), "aggregator")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(trials(2)))
+def test_sigkill_of_the_broken_nodes_agent(
+    make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
+) -> None:
+    kill_once(make_world(), trials_of("sigkill-agent"), "agent")

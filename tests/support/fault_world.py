@@ -33,7 +33,7 @@ import yaml
 from fault_invariants import Ack, History, NodeSample, ReceivedAlert, StoredAlert, StoredNode
 from live_aggregator import free_port
 from repo_paths import REPO_ROOT
-from sqlalchemy import create_engine, select
+from sqlalchemy import Engine, create_engine, select
 from waiting import SLOW_HANG_GUARD_S, wait_until
 
 from agent.telemetry.http import BoundedHttpServer
@@ -47,6 +47,7 @@ JOBSET_KEY = "jobsets.jobset.x-k8s.io"
 TAINT = "gpuhealth.io/unhealthy"
 STOP_S = 10.0
 AGENT_HOST = Path(__file__).with_name("fault_agent_host.py")
+MOMENTS = ("before-taint", "tainted", "mid-drain", "mid-requeue", "mid-alert", "mid-recovery")
 FAST_DRAIN = {"poll_interval_s": 0.1, "retry_initial_s": 0.1, "retry_max_s": 0.5, "pod_timeout_s": 20.0}
 
 
@@ -141,6 +142,10 @@ class ApiRecorder:
         with self._lock:
             samples = self.samples.get(node) or []
             return bool(samples) and samples[-1].tainted
+
+    def suspended(self, job: str) -> bool:
+        with self._lock:
+            return self._suspended.get(job, False)
 
     def snapshot(self) -> tuple[dict[str, list[NodeSample]], dict[str, int]]:
         with self._lock:
@@ -374,6 +379,7 @@ class FaultWorld:
         self.broken: set[str] = set()
         self.replicas = 0
         self.last_unsteady: str | None = None
+        self._polling: Engine | None = None
 
     def agent_settings(self, aggregator_url: str | None = None) -> dict[str, Any]:
         return {
@@ -434,15 +440,61 @@ class FaultWorld:
         self.broken.add(node)
         (self.control / f"lost-{node}").write_text("79", encoding="utf-8")
 
-    def phase(self, node: str) -> str:
-        """Where ``node``'s incident stands, as the API server and the JobSet show it (for the tally)."""
-        if not self.recorder.tainted(node):
-            return "before-taint"
-        if any(p["spec"].get("nodeName") == node for p in self.running()):
-            return "mid-drain"
-        if not self.recorder.snapshot()[1].get(f"{NS}/llm"):
-            return "mid-requeue"
-        return "mid-recovery"
+    def suspended(self, job: str = f"{NS}/llm") -> bool:
+        return self.recorder.suspended(job)
+
+    def drain_phase(self, node: str) -> str | None:
+        """The phase of ``node``'s latest central drain in the store, or None (none, or unreadable)."""
+        try:
+            with self._engine().connect() as conn:
+                row = conn.execute(
+                    select(drains.c.phase).where(drains.c.node == node).order_by(drains.c.permit_id.desc())
+                ).first()
+        except Exception:  # noqa: BLE001 - a store that is down has no answer yet
+            return None
+        return None if row is None else str(row.phase)
+
+    def alert_pending(self, node: str) -> bool:
+        """An alert about ``node`` is stored and the receiver has not got it yet."""
+        try:
+            with self._engine().connect() as conn:
+                keys = {str(k) for (k,) in conn.execute(select(alerts.c.key).where(alerts.c.node == node)).all()}
+        except Exception:  # noqa: BLE001
+            return False
+        return bool(keys - {alert.id for alert in self.alert_log.received})
+
+    def _engine(self) -> Engine:
+        if self._polling is None:
+            self._polling = create_engine(self.database_url)
+        return self._polling
+
+    def reach(self, node: str, moment: str, timeout_s: float = 10.0) -> str:
+        """Wait until ``node``'s incident reaches ``moment`` (one of :data:`MOMENTS`); returns the moment, or
+        ``late:<moment>`` when it went past it unseen (the trial then still counts, at a later moment)."""
+        reached = {
+            "before-taint": lambda: True,
+            "tainted": lambda: self.recorder.tainted(node),
+            "mid-drain": lambda: self.drain_phase(node) in {"requested", "running"},
+            "mid-requeue": lambda: self.suspended(),
+            "mid-alert": lambda: self.alert_pending(node),
+            "mid-recovery": lambda: self.steady(),
+        }[moment]
+        done = {
+            "before-taint": lambda: False,
+            "tainted": lambda: False,
+            "mid-drain": lambda: self.drain_phase(node) not in {None, "requested", "running"},
+            "mid-requeue": lambda: bool(self.recorder.snapshot()[1].get(f"{NS}/llm")) and not self.suspended(),
+            "mid-alert": lambda: not self.alert_pending(node) and bool(self.alert_log.received),
+            "mid-recovery": lambda: False,
+        }[moment]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if reached():
+                return moment
+            if done():
+                return f"late:{moment}"
+            time.sleep(0.005)
+        return f"timeout:{moment}"
 
     def unsteady(self) -> str | None:  # noqa: PLR0911 - one return per unmet condition, named
         """Why the fleet is not steady yet, or None when it is: every broken node tainted, cordoned,
@@ -517,6 +569,8 @@ class FaultWorld:
         )
 
     def close(self) -> None:
+        if self._polling is not None:
+            self._polling.dispose()
         for host in self.hosts:
             host.close()
         self.aggregator.close()
