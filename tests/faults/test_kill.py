@@ -41,8 +41,12 @@ def kill_once(world: FaultWorld, run: Trials, target: str) -> None:
     victim = world.aggregator if target == "aggregator" else host
     victim.kill()
     victim.start()
-    run.record(world, moment=f"{moment} +{jitter * 1000:.0f} ms", healed_at=world.recorder.now(),
-               within_s=STEADY_WITHIN_S)
+    run.record(
+        world,
+        moment=f"{moment} +{jitter * 1000:.0f} ms",
+        healed_at=world.recorder.now(),
+        within_s=STEADY_WITHIN_S,
+    )
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -47,7 +47,15 @@ JOBSET_KEY = "jobsets.jobset.x-k8s.io"
 TAINT = "gpuhealth.io/unhealthy"
 STOP_S = 10.0
 AGENT_HOST = Path(__file__).with_name("fault_agent_host.py")
-MOMENTS = ("before-taint", "tainted", "mid-drain", "mid-requeue", "mid-alert", "mid-recovery")
+MOMENTS = (
+    "before-taint",
+    "tainted",
+    "drain-ordered",
+    "mid-drain",
+    "mid-requeue",
+    "mid-alert",
+    "mid-recovery",
+)
 FAST_DRAIN = {"poll_interval_s": 0.1, "retry_initial_s": 0.1, "retry_max_s": 0.5, "pod_timeout_s": 20.0}
 
 
@@ -443,6 +451,13 @@ class FaultWorld:
     def suspended(self, job: str = f"{NS}/llm") -> bool:
         return self.recorder.suspended(job)
 
+    def restarted(self) -> bool:
+        return bool(self.recorder.snapshot()[1].get(f"{NS}/llm"))
+
+    def evicted(self, node: str) -> bool:
+        """No pod of the JobSet runs on ``node`` any more (evicted or going)."""
+        return not any(p["spec"].get("nodeName") == node for p in self.running())
+
     def drain_phase(self, node: str) -> str | None:
         """The phase of ``node``'s latest central drain in the store, or None (none, or unreadable)."""
         try:
@@ -458,7 +473,9 @@ class FaultWorld:
         """An alert about ``node`` is stored and the receiver has not got it yet."""
         try:
             with self._engine().connect() as conn:
-                keys = {str(k) for (k,) in conn.execute(select(alerts.c.key).where(alerts.c.node == node)).all()}
+                keys = {
+                    str(k) for (k,) in conn.execute(select(alerts.c.key).where(alerts.c.node == node)).all()
+                }
         except Exception:  # noqa: BLE001
             return False
         return bool(keys - {alert.id for alert in self.alert_log.received})
@@ -471,19 +488,21 @@ class FaultWorld:
     def reach(self, node: str, moment: str, timeout_s: float = 10.0) -> str:
         """Wait until ``node``'s incident reaches ``moment`` (one of :data:`MOMENTS`); returns the moment, or
         ``late:<moment>`` when it went past it unseen (the trial then still counts, at a later moment)."""
-        reached = {
+        reached: Callable[[], bool] = {
             "before-taint": lambda: True,
             "tainted": lambda: self.recorder.tainted(node),
-            "mid-drain": lambda: self.drain_phase(node) in {"requested", "running"},
-            "mid-requeue": lambda: self.suspended(),
+            "drain-ordered": lambda: self.drain_phase(node) in {"requested", "running"},
+            "mid-drain": lambda: self.evicted(node) and not self.restarted(),
+            "mid-requeue": lambda: self.suspended(),  # noqa: PLW0108 - typed alike
             "mid-alert": lambda: self.alert_pending(node),
-            "mid-recovery": lambda: self.steady(),
+            "mid-recovery": self.steady,
         }[moment]
-        done = {
+        done: Callable[[], bool] = {
             "before-taint": lambda: False,
             "tainted": lambda: False,
-            "mid-drain": lambda: self.drain_phase(node) not in {None, "requested", "running"},
-            "mid-requeue": lambda: bool(self.recorder.snapshot()[1].get(f"{NS}/llm")) and not self.suspended(),
+            "drain-ordered": lambda: self.drain_phase(node) not in {None, "requested", "running"},
+            "mid-drain": self.restarted,
+            "mid-requeue": lambda: self.restarted() and not self.suspended(),
             "mid-alert": lambda: not self.alert_pending(node) and bool(self.alert_log.received),
             "mid-recovery": lambda: False,
         }[moment]
