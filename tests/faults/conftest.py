@@ -7,9 +7,11 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import netns
 import pytest
 from fault_trials import Trials, seeded
 from fault_world import FaultWorld
+from netns import Namespace
 
 from tests.aggregator.postgres import PostgresServer, PostgresUnavailable
 
@@ -56,3 +58,21 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     url = postgres_server.new_database()
     yield url
     postgres_server.drop_database(url)
+
+
+@pytest.fixture
+def netns_pair() -> Iterator[Namespace]:
+    """A network namespace for one node with two links to the host: [0] the aggregator's path, [1] the API
+    server's. Skipped, with the reason, where namespaces cannot be made (not root, no iproute2). Request it
+    before ``make_world`` so that the world's processes end before the namespace goes."""
+    why = netns.unavailable()
+    if why is not None:
+        pytest.skip(f"partition faults skipped: {why}")
+    netns.sweep()
+    namespace = Namespace()
+    try:
+        namespace.link()
+        namespace.link()
+        yield namespace
+    finally:
+        namespace.close()

@@ -38,7 +38,15 @@ class Trials:
     seed: int
     recoveries: list[float] = field(default_factory=list)
 
-    def record(self, world: FaultWorld, *, moment: str, healed_at: float | None, within_s: float) -> None:
+    def record(
+        self,
+        world: FaultWorld,
+        *,
+        moment: str,
+        healed_at: float | None,
+        within_s: float,
+        during: dict[str, object] | None = None,
+    ) -> None:
         """Wait for the steady state, check every invariant on the history, and tally the trial."""
         steady_at = world.wait_steady(within_s)
         history = world.history(healed_at=healed_at, steady_at=steady_at, within_s=within_s)
@@ -51,6 +59,7 @@ class Trials:
             "seed": self.seed,
             "moment": moment,
             "recovery_s": recovery,
+            "during": during or {},
             "held": held(violations),
             "at": time.time(),
         }

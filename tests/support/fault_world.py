@@ -200,6 +200,8 @@ class AggregatorProcess:
         self.database_url = database_url
         self.config = root / f"aggregator-{self.port}.yaml"
         section = {"host": host, "port": self.port, "token": TOKEN, "database_url": database_url, **settings}
+        if host != "127.0.0.1":  # the suite's own veth link to a test namespace: no TLS on a private wire
+            section["allow_plain_http"] = True
         self.config.write_text(yaml.safe_dump({"aggregator": section}), encoding="utf-8")
         self.log = root / f"aggregator-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -468,6 +470,16 @@ class FaultWorld:
         except Exception:  # noqa: BLE001 - a store that is down has no answer yet
             return None
         return None if row is None else str(row.phase)
+
+    def incident_known(self, node: str) -> bool:
+        """The aggregator's store has an open incident on ``node``."""
+        try:
+            with self._engine().connect() as conn:
+                return (
+                    conn.execute(select(nodes.c.incident_id).where(nodes.c.name == node)).scalar() is not None
+                )
+        except Exception:  # noqa: BLE001
+            return False
 
     def alert_pending(self, node: str) -> bool:
         """An alert about ``node`` is stored and the receiver has not got it yet."""
