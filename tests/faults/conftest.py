@@ -9,9 +9,11 @@ from pathlib import Path
 
 import netns
 import pytest
+import tmpfs
 from fault_trials import Trials, seeded
 from fault_world import FaultWorld
 from netns import Namespace
+from tmpfs import TmpfsDisk
 
 from tests.aggregator.postgres import PostgresServer, PostgresUnavailable
 
@@ -76,3 +78,24 @@ def netns_pair() -> Iterator[Namespace]:
         yield namespace
     finally:
         namespace.close()
+
+
+MakeDisk = Callable[[Path, str], TmpfsDisk]
+
+
+@pytest.fixture
+def make_disk() -> Iterator[MakeDisk]:
+    """``make_disk(path, size)``: a tmpfs mounted at ``path``, unmounted at teardown. Skipped, with the
+    reason, where it cannot be mounted (not root). Request it before ``make_world``."""
+    why = tmpfs.unavailable()
+    if why is not None:
+        pytest.skip(f"full-disk faults skipped: {why}")
+    disks: list[TmpfsDisk] = []
+
+    def make(path: Path, size: str) -> TmpfsDisk:
+        disks.append(TmpfsDisk(path, size))
+        return disks[-1]
+
+    yield make
+    for disk in disks:
+        disk.close()

@@ -10,7 +10,7 @@ list is empty. The promises (docs/reliability.md):
   accepted sequence number of that epoch is at least the report's (or the node moved on to a newer epoch).
 - ``incidents_kept``: every incident an acknowledged report carried is in the store, closed or still open.
 - ``alerts_delivered``: every alert the store holds for a sink was received at least once, by its id.
-- ``alerts_shown_once``: one alert per (kind, status, incident or node) in the store, and nothing received
+- ``alerts_shown_once``: one alert per (kind, status, incident) in the store, and nothing received
   that the store does not hold: a restart or a retry never raises the same alert under a second id.
 - ``one_restart_per_incident``: no job restarted more often than there were incidents.
 - ``healthy_untouched``: a node the run did not break is never tainted nor cordoned.
@@ -153,7 +153,8 @@ def _alerts(history: History) -> Iterable[Violation]:
     keys = {alert.key for alert in history.alerts}
     same: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for alert in history.alerts:
-        same[(alert.kind, alert.status, alert.incident_id or alert.node or "-")].append(alert.key)
+        if alert.incident_id is not None:  # a node's episodes (stale, back) may repeat; an incident's may not
+            same[(alert.kind, alert.status, alert.incident_id)].append(alert.key)
         if history.sink in alert.sinks and received[alert.key] == 0:
             yield Violation("alerts_delivered", f"{alert.kind}/{alert.status} {alert.key} never received")
     for (kind, status, subject), alert_keys in sorted(same.items()):
