@@ -13,6 +13,7 @@ import os
 import random
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +46,7 @@ class Trials:
         moment: str,
         healed_at: float | None,
         within_s: float,
-        during: dict[str, object] | None = None,
+        during: Mapping[str, object] | None = None,
     ) -> None:
         """Wait for the steady state, check every invariant on the history, and tally the trial."""
         steady_at = world.wait_steady(within_s)
@@ -59,7 +60,7 @@ class Trials:
             "seed": self.seed,
             "moment": moment,
             "recovery_s": recovery,
-            "during": during or {},
+            "during": dict(during or {}),
             "held": held(violations),
             "at": time.time(),
         }
