@@ -10,6 +10,7 @@ Two seams the fault suite reads and writes, both files in the spec's ``control``
 - ``lost-<node>``: the test's order that GPU 0 of the node falls off the bus (XID 79, then GPU_IS_LOST on
   every read). The fault is hardware, so it outlives the agent: a restarted process finds the file and
   starts with the GPU already lost, as a real node's NVML would answer.
+- ``clock-<node>``: the node's wall clock step in seconds (``stepped_clock``); absent: the real clock.
 - ``acks-<node>.jsonl``: one line per report the aggregator acknowledged (node, epoch, seq, accepted, the
   incident it carried), written the moment the answer came; the invariant checker compares it with the
   aggregator's store. A kill between the answer and the line loses the line, never adds one.
@@ -29,8 +30,10 @@ from agent.loop import Agent
 from agent.settings import AgentSettings
 from agent.wiring import build_agent
 from core.aggregator_api import Report, ReportAck
-from core.clock import RealClock
 from sim.fakes.nvml import FakeNvml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from stepped_clock import SteppedClock
 
 POLL_S = 0.05
 
@@ -73,7 +76,7 @@ def main(spec_path: str) -> int:
         settings = AgentSettings.model_validate(
             spec["settings"] | {"node_name": node, "state_dir": str(Path(spec["state_root"]) / node)}
         )
-        agent = build_agent(settings, library=nvml[node], clock=RealClock())
+        agent = build_agent(settings, library=nvml[node], clock=SteppedClock(control / f"clock-{node}"))
         _journal(agent, control / f"acks-{node}.jsonl")
         agents[node] = agent.start()
     (control / f"ready-{'-'.join(spec['nodes'])}").write_text(str(time.time()), encoding="utf-8")

@@ -47,6 +47,7 @@ JOBSET_KEY = "jobsets.jobset.x-k8s.io"
 TAINT = "gpuhealth.io/unhealthy"
 STOP_S = 10.0
 AGENT_HOST = Path(__file__).with_name("fault_agent_host.py")
+AGGREGATOR = Path(__file__).with_name("fault_aggregator.py")
 MOMENTS = (
     "before-taint",
     "tainted",
@@ -205,9 +206,11 @@ class AggregatorProcess:
         self.config.write_text(yaml.safe_dump({"aggregator": section}), encoding="utf-8")
         self.log = root / f"aggregator-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.clock_file = self.config.with_suffix(".clock")  # its wall clock step (stepped_clock)
 
     def start(self) -> AggregatorProcess:
-        self.process = _spawn([sys.executable, "-m", "aggregator", "--config", str(self.config)], self.log)
+        script = [sys.executable, str(AGGREGATOR), str(self.config), str(self.clock_file)]
+        self.process = _spawn(script, self.log)
         process = self.process
 
         def ready() -> bool:
@@ -444,6 +447,12 @@ class FaultWorld:
             for pod in self.kube.store.list("pods", NS)
             if pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"]
         ]
+
+    def step_clock(self, who: str, seconds: float) -> None:
+        """Step the wall clock of ``who`` (a node's agent, or ``aggregator``) by ``seconds`` (monotonic
+        clocks do not move, as with a real step)."""
+        path = self.aggregator.clock_file if who == "aggregator" else self.control / f"clock-{who}"
+        path.write_text(str(seconds), encoding="utf-8")
 
     def break_node(self, node: str) -> None:
         """GPU 0 of ``node`` falls off the bus (XID 79), for good."""
