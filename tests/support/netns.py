@@ -17,10 +17,13 @@ a test fails; :func:`sweep` removes what a killed test run left behind (names st
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,22 +91,23 @@ class Namespace:
         _run("ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up")
 
     def link(self) -> Link:
-        """A new veth link between the host and this namespace, on its own /24."""
+        """A new veth link between the host and this namespace, on a /24 of 10.231.0.0/16 that no address of
+        the host uses yet (chosen under a lock, so parallel test processes never pick the same one)."""
         index = len(self.links)
-        # the /24: unique per (process, namespace, link) among the suite's runs on this machine
-        third = (os.getpid() * 7 + self.number * 3 + index) % 250 + 1
         tag = f"{os.getpid() % 100000}{self.number}{index}"
-        link = Link(
-            self.name,
-            f"{PREFIX}h{tag}"[:15],
-            f"{PREFIX}n{tag}"[:15],
-            f"10.231.{third}.1",
-            f"10.231.{third}.2",
-        )
-        _run("ip", "link", "add", link.host_dev, "type", "veth", "peer", "name", link.ns_dev)
-        self.links.append(link)
+        host_dev, ns_dev = f"{PREFIX}h{tag}"[:15], f"{PREFIX}n{tag}"[:15]
+        with (Path(tempfile.gettempdir()) / f"{PREFIX}-netns.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            addresses = subprocess.run(
+                ["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=True, timeout=30
+            ).stdout
+            used = {int(m) for m in re.findall(r"inet 10\.231\.(\d+)\.", addresses)}
+            third = next(n for n in range(1, 255) if n not in used)
+            link = Link(self.name, host_dev, ns_dev, f"10.231.{third}.1", f"10.231.{third}.2")
+            _run("ip", "link", "add", link.host_dev, "type", "veth", "peer", "name", link.ns_dev)
+            self.links.append(link)
+            _run("ip", "addr", "add", f"{link.host_ip}/24", "dev", link.host_dev)
         _run("ip", "link", "set", link.ns_dev, "netns", self.name)
-        _run("ip", "addr", "add", f"{link.host_ip}/24", "dev", link.host_dev)
         _run("ip", "link", "set", link.host_dev, "up")
         _run("ip", "netns", "exec", self.name, "ip", "addr", "add", f"{link.ns_ip}/24", "dev", link.ns_dev)
         _run("ip", "netns", "exec", self.name, "ip", "link", "set", link.ns_dev, "up")
