@@ -71,3 +71,33 @@ def test_sigkill_of_the_broken_nodes_agent(
     make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
     kill_once(make_world(), trials_of("sigkill-agent"), "agent")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(trials(1)))
+def test_sigkill_of_one_of_two_aggregator_replicas_on_postgresql(
+    make_world: MakeWorld, trials_of: Callable[[str], Trials], postgres_url: str, trial: int
+) -> None:
+    """Two aggregators on one PostgreSQL, each with its central remediator; the agents report to the
+    second. The first is killed at a seeded random moment and stays down: whatever it held (a drain's lease,
+    an alert's delivery claim) the second takes over once the lease runs out."""
+    run = trials_of("sigkill-replica-postgresql")
+    world = make_world(database_url=postgres_url)
+    world.aggregator.start()
+    survivor = world.replica("remediator-1").start()
+    world.start_jobset()
+    bad = str(world.running()[0]["spec"]["nodeName"])
+    world.start_agents([bad], aggregator_url=survivor.url)
+    world.start_agents([n for n in world.names if n != bad], aggregator_url=survivor.url)
+    wanted = run.rng.choice(MOMENTS)
+    world.break_node(bad)
+    moment = world.reach(bad, wanted)
+    owner = world.drain_owner(bad)
+    world.aggregator.kill()
+    run.record(
+        world,
+        moment=f"{moment}, drain held by {owner}",
+        healed_at=world.recorder.now(),
+        within_s=STEADY_WITHIN_S,
+        during={"drain_owner": owner},
+    )

@@ -77,3 +77,39 @@ def seeded(test_name: str, fault: str) -> Trials:
     seed = SEED ^ (zlib.crc32(test_name.encode()) & 0xFFFF)
     print(f"fault {fault}: seed {seed} (GPUHEALTH_FAULT_SEED={SEED} replays the run)")
     return Trials(fault, random.Random(seed), seed)
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))]
+
+
+def _all_held(held: object) -> bool:
+    return isinstance(held, dict) and all(held.values())
+
+
+def summarize(lines: list[dict[str, object]]) -> str:
+    """The tally as docs/reliability.md's table: per fault, trials, invariants held, recovery P50 / P99."""
+    by_fault: dict[str, list[dict[str, object]]] = {}
+    for line in lines:
+        by_fault.setdefault(str(line["fault"]), []).append(line)
+    rows = [
+        "| fault | injected | every invariant held | recovery P50 | recovery P99 |",
+        "|---|---|---|---|---|",
+    ]
+    for fault, trials_of_fault in sorted(by_fault.items()):
+        held_all = sum(1 for t in trials_of_fault if _all_held(t["held"]))
+        recoveries = [float(str(t["recovery_s"])) for t in trials_of_fault if t["recovery_s"] is not None]
+        p50 = f"{_percentile(recoveries, 0.5):.2f} s" if recoveries else "-"
+        p99 = f"{_percentile(recoveries, 0.99):.2f} s" if recoveries else "-"
+        rows.append(
+            f"| {fault} | {len(trials_of_fault)} | {held_all} of {len(trials_of_fault)} | {p50} | {p99} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    tally = [json.loads(line) for line in Path(sys.argv[1]).read_text(encoding="utf-8").splitlines() if line]
+    print(summarize(tally))

@@ -388,11 +388,33 @@ class FaultWorld:
             **(aggregator_settings or {}),
         }
         self.aggregator = AggregatorProcess(root, self.database_url, settings, aggregator_host)
+        self._settings, self._aggregator_host = settings, aggregator_host
+        self.others: list[AggregatorProcess] = []  # more replicas on the same database (PostgreSQL)
         self.hosts: list[AgentHost] = []
         self.broken: set[str] = set()
         self.replicas = 0
         self.last_unsteady: str | None = None
         self._polling: Engine | None = None
+
+    def replica(self, name: str) -> AggregatorProcess:
+        """Another aggregator on the same database, its remediator named ``name`` (not started)."""
+        remediator = {**self._settings["remediator"], "name": name}
+        other = AggregatorProcess(
+            self.root, self.database_url, {**self._settings, "remediator": remediator}, self._aggregator_host
+        )
+        self.others.append(other)
+        return other
+
+    def drain_owner(self, node: str) -> str | None:
+        """The remediator that holds ``node``'s latest drain, or None."""
+        try:
+            with self._engine().connect() as conn:
+                row = conn.execute(
+                    select(drains.c.owner).where(drains.c.node == node).order_by(drains.c.permit_id.desc())
+                ).first()
+        except Exception:  # noqa: BLE001
+            return None
+        return None if row is None or row.owner is None else str(row.owner)
 
     def agent_settings(self, aggregator_url: str | None = None) -> dict[str, Any]:
         return {
@@ -613,6 +635,8 @@ class FaultWorld:
             self._polling.dispose()
         for host in self.hosts:
             host.close()
+        for other in self.others:
+            other.close()
         self.aggregator.close()
         self.alert_log.close()
         self.kube.stop()
