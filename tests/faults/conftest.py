@@ -13,6 +13,7 @@ import tmpfs
 from fault_trials import Trials, seeded
 from fault_world import FaultWorld
 from netns import Namespace
+from pg_pair import PostgresPair
 from tmpfs import TmpfsDisk
 
 from tests.aggregator.postgres import PostgresServer, PostgresUnavailable
@@ -99,3 +100,18 @@ def make_disk() -> Iterator[MakeDisk]:
     yield make
     for disk in disks:
         disk.close()
+
+
+@pytest.fixture
+def postgres_pair() -> Iterator[PostgresPair]:
+    """A PostgreSQL primary and its synchronous streaming standby; fails in CI without the binaries."""
+    try:
+        pair = PostgresPair()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(f"{exc} (outside CI the PostgreSQL faults are skipped)")
+    try:
+        yield pair.start()
+    finally:
+        pair.close()

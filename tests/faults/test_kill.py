@@ -1,5 +1,6 @@
 """SIGKILL at a random moment of an incident: the aggregator with its central remediator (one process; on
-SQLite and on PostgreSQL) and the broken node's agent.
+SQLite and on PostgreSQL), one of two replicas, the broken node's agent; and a PostgreSQL primary failing
+over to its streaming standby under two replicas.
 
 Each trial runs a JobSet on two of four nodes, breaks one of its nodes (GPU 0 falls off the bus), waits for a
 moment of the incident drawn from the trial's seeded randomness (before the taint, tainted, mid-drain,
@@ -14,6 +15,7 @@ from collections.abc import Callable
 import pytest
 from fault_trials import Trials, trials
 from fault_world import MOMENTS, AgentHost, FaultWorld
+from pg_pair import PostgresPair
 
 from tests.faults.conftest import MakeWorld
 
@@ -101,3 +103,27 @@ def test_sigkill_of_one_of_two_aggregator_replicas_on_postgresql(
         within_s=STEADY_WITHIN_S,
         during={"drain_owner": owner},
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("trial", range(trials(1)))
+def test_postgresql_primary_failover_under_two_aggregator_replicas(
+    make_world: MakeWorld, trials_of: Callable[[str], Trials], postgres_pair: PostgresPair, trial: int
+) -> None:
+    """A PostgreSQL primary with a synchronous streaming standby, two aggregators in front (the agents report
+    to the second): the primary dies at a seeded random moment of an incident and the standby is promoted.
+    The aggregators find it through their multi-host URL; nothing acknowledged is lost."""
+    run = trials_of("postgresql-failover")
+    world = make_world(database_url=postgres_pair.url)
+    world.aggregator.start()
+    second = world.replica("remediator-1").start()
+    world.start_jobset()
+    bad = str(world.running()[0]["spec"]["nodeName"])
+    world.start_agents([bad], aggregator_url=second.url)
+    world.start_agents([n for n in world.names if n != bad], aggregator_url=second.url)
+    wanted = run.rng.choice(MOMENTS)
+    world.break_node(bad)
+    moment = world.reach(bad, wanted)
+    postgres_pair.fail_over()
+    run.record(world, moment=moment, healed_at=world.recorder.now(), within_s=STEADY_WITHIN_S)
