@@ -314,6 +314,7 @@ def read_store(database_url: str) -> StoreView:
                     alerts.c.status,
                     alerts.c.node,
                     alerts.c.incident_id,
+                    alerts.c.routed,
                 )
             ).all()
             drain_rows = conn.execute(
@@ -329,7 +330,8 @@ def read_store(database_url: str) -> StoreView:
             StoredAlert(r.key, r.kind, r.status, r.node, r.incident_id, tuple(sinks.get(int(r.id), [])))
             for r in alert_rows
         ],
-        undelivered=undelivered,
+        # an alert not yet routed to its sinks has no delivery yet: it is not delivered either
+        undelivered=undelivered + sum(1 for r in alert_rows if not r.routed),
         drains={r.node: r.phase for r in drain_rows},
     )
 
