@@ -19,6 +19,7 @@ Two seams the fault suite reads and writes, both files in the spec's ``control``
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -62,7 +63,17 @@ def _journal(agent: Agent, path: Path) -> None:
     link.client.report = report  # type: ignore[method-assign,assignment]  # the suite's seam on the wire
 
 
+def _end_with_parent() -> None:
+    """The test run died without stopping this process (its finalizers never ran): end at once, whatever
+    the agents are doing, rather than stay behind as an orphan."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
 def main(spec_path: str) -> int:
+    threading.Thread(target=_end_with_parent, daemon=True).start()
     spec: dict[str, Any] = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     control = Path(spec["control"])
     stop = threading.Event()

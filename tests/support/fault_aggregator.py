@@ -4,7 +4,10 @@ faults. Everything else (settings, database, remediator, alert worker) is the pr
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import uvicorn
@@ -18,7 +21,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from stepped_clock import SteppedClock
 
 
+def _end_with_parent() -> None:
+    """The test run died without stopping this process: end it too (no orphan left serving)."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
 def main(config: str, clock_file: str) -> int:
+    threading.Thread(target=_end_with_parent, daemon=True).start()
     configure_logging("info")
     settings = load_settings(config)
     options = serving_options(settings)
