@@ -3,9 +3,11 @@ and one to the API server. A seeded random moment of the incident, a fault on on
 dropped, or the link slowed to a crawl), held for a seeded random time, then healed; every invariant is
 checked once the fleet is steady, and what the product did during the fault is tallied.
 
-What the product promises during the fault (docs/reliability.md): with the aggregator cut off, the agent still
-marks and taints its node, and no drain starts until the aggregator is back; with the API server cut off,
-the aggregator still learns of the incident, and the taint follows once the link heals."""
+What the product promises during the fault (docs/reliability.md), asserted where the trial can tell: with the
+aggregator cut off before the XID, the agent still marks and taints its node, and no drain starts until the
+aggregator is back. With the API server cut off, the agent's pass waits on the API server's timeouts, so the
+aggregator hears of the incident late (the tally's ``during`` shows it); everything follows once healed.
+"""
 
 from __future__ import annotations
 
