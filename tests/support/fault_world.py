@@ -616,10 +616,20 @@ class FaultWorld:
         return found
 
     def history(self, *, healed_at: float | None, steady_at: float | None, within_s: float) -> History:
+        """What the run recorded, read in an order that never makes a promise look broken when it held: the
+        agents' journals before the store (an ack written after the store was read is not in it yet), the
+        store while every alert in it is delivered (the fleet keeps living: an alert raised a moment after the
+        steady state, say a node seen stale after the aggregator's restart, is still on its way), and the
+        receiver's log last."""
+        acks = self.acks()
         store = read_store(self.database_url)
+        deadline = time.monotonic() + within_s
+        while store.undelivered and steady_at is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            store = read_store(self.database_url)
         samples, restarts = self.recorder.snapshot()
         return History(
-            acks=self.acks(),
+            acks=acks,
             nodes=store.nodes,
             incidents=store.incidents,
             alerts=store.alerts,
