@@ -52,7 +52,7 @@ def kill_once(world: FaultWorld, run: Trials, target: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trial", range(trials(2)))
+@pytest.mark.parametrize("trial", range(trials(1)))
 def test_sigkill_of_the_aggregator_and_its_remediator_on_sqlite(
     make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
@@ -68,7 +68,7 @@ def test_sigkill_of_the_aggregator_and_its_remediator_on_postgresql(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trial", range(trials(2)))
+@pytest.mark.parametrize("trial", range(trials(1)))
 def test_sigkill_of_the_broken_nodes_agent(
     make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
