@@ -182,6 +182,10 @@ class Agent:
         verdict = self._judge(snapshot)
         previous = self.parts.state_machine.health
         health = self._debounce(verdict, snapshot)
+        if not self.dry_run and _incident_id(health) != _incident_id(previous):
+            # Write-ahead: the incident is on disk before anything is done under its id (a taint, a permit),
+            # so an agent killed mid-pass comes back to the same incident, never a second one.
+            self._persist()
         planned = self._plan(health)
         report, steps, gate_notes = self._act(planned, health)
         if not self.dry_run:  # a dry run changes nothing, the state file included
@@ -552,3 +556,7 @@ def unstarted_drains_forgotten(
         return memory
     kept = tuple(incident for incident in memory.drained if incident not in unstarted)
     return memory.model_copy(update={"drained": kept})
+
+
+def _incident_id(health: NodeHealth) -> str | None:
+    return health.incident.id if health.incident is not None else None

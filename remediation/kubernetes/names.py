@@ -11,6 +11,9 @@ TAINT_KEY = "gpuhealth.io/unhealthy"
 INCIDENT_ANNOTATION = "gpuhealth.io/incident"
 CORDONED_ANNOTATION = "gpuhealth.io/cordoned"
 MANUAL_RELEASE_ANNOTATION = "gpuhealth.io/manual-release"
+# The pods a drain is about to evict, written before the first eviction and removed once their jobs were
+# requeued: a drain resumed after a crash requeues the jobs of the pods its first run already evicted.
+REQUEUE_PENDING_ANNOTATION = "gpuhealth.io/requeue-pending"
 # Kubelet records node Events in "default" (nodes are cluster-scoped; Events must live in a namespace).
 EVENT_NAMESPACE = "default"
 # Per-GPU quarantine (DRA DeviceTaintRules, remediation/kubernetes/device_taints.py): our rules carry both

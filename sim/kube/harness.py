@@ -128,6 +128,7 @@ class KubeSim:
         custom_resources: Iterable[CustomResource] = (),
         controllers: bool | Iterable[str] = True,
         *,
+        host: str = "127.0.0.1",
         port: int = 0,
         history_size: int = 10_000,
         bookmark_interval_s: float = 1.0,
@@ -136,6 +137,9 @@ class KubeSim:
         workloads: bool = False,
     ) -> None:
         """``controllers``: True for all default controllers, False for none, or the names to enable.
+
+        ``host``: the address the API server listens on (a test's own network namespace link; loopback by
+        default).
 
         ``workloads``: also serve the training-job operators' custom resources (JobSet, TrainJob,
         PyTorchJob, Kueue, Volcano; ``sim.kube.workload_crds``), which their controllers then run.
@@ -156,7 +160,9 @@ class KubeSim:
         self.api = KubeApi(self.store, server_removes_pods=self._no_kubelet)
         self.hub = WatchHub(bookmark_interval_s)
         self.token_reviews = TokenReviewer()  # issue ServiceAccount tokens the API server then reviews
-        self.server = ApiServer(KubeApp(self.api, self.faults, self.hub, self.token_reviews), port=port)
+        self.server = ApiServer(
+            KubeApp(self.api, self.faults, self.hub, self.token_reviews), host=host, port=port
+        )
         self.faults.bind_listener(self.server.stop, self.server.start)
         self._initial_nodes = nodes
         self._started = False

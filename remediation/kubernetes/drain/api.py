@@ -39,6 +39,12 @@ class DrainApi:
             content_type=STRATEGIC_MERGE_PATCH,
         )
 
+    def node_annotations(self, node: str) -> dict[str, str]:
+        """The node's annotations (empty when it has none)."""
+        answer = self._rest.json("GET", NODE_PATH, path_params={"name": node})
+        annotations: dict[str, str] = (answer.get("metadata") or {}).get("annotations") or {}
+        return annotations
+
     def list_node_pods(self, node: str) -> list[JsonObject]:
         """Every pod bound to ``node`` (``fieldSelector=spec.nodeName=NODE``, as kubectl drain lists them)."""
         answer = self._rest.json("GET", PODS_PATH, query=[("fieldSelector", f"spec.nodeName={node}")])

@@ -11,10 +11,19 @@ executor's ``apply``, reported with the pass that applied it).
 
 The requeue needs the evicted pods' owners and labels, which the drain's report does not carry, so the
 runner lists the node's pods once before the drain and keeps those the drain then reports evicted.
+
+Write-ahead for the requeue: before the first eviction the runner writes those pods (owners and labels only)
+into the node's ``gpuhealth.io/requeue-pending`` annotation, for the incident, and removes it once the requeue
+ended. A drain killed between an eviction and the requeue (the central remediator's process killed, the
+agent's) is resumed from the start; its pods are gone from the node by then, and without the record the jobs
+they belonged to would never be restarted (a gang left running with a replaced worker, or a job left
+suspended half-way through its toggle). The resumed run adds the recorded pods that are gone to the evicted
+ones, and the requeue, idempotent per incident, finishes what the first run began.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +43,7 @@ from remediation.kubernetes.drain.drainer import Drainer
 from remediation.kubernetes.drain.partial import KEPT_REASON, GpuPodReader, scope_for
 from remediation.kubernetes.drain.policy import DrainPolicy, JsonObject
 from remediation.kubernetes.drain.report import DrainReport, PodOutcome, PodReport
+from remediation.kubernetes.names import REQUEUE_PENDING_ANNOTATION
 from remediation.kubernetes.requeue.api import Requeuer
 from remediation.kubernetes.requeue.decisions import KEPT_REASON_PREFIX, RequeuePolicy, RequeueReport
 from remediation.kubernetes.rest import RestClient
@@ -120,6 +130,7 @@ class DrainRunner(BackgroundDrain[DrainState]):
     def _drain_node(self, incident_id: str, deadline_s: float) -> None:
         """Drain, then requeue the evicted pods' jobs (every error, even a bug, ends as a failed drain)."""
         before = self._pods_by_uid()
+        recorded = self._record_pending(incident_id, before) if self._requeues else {}
         gpus = self._gpus.pop(incident_id, ())
         scope = scope_for(gpus, self._mapping_sources() if gpus else [])
         if scope.gpus:
@@ -145,8 +156,12 @@ class DrainRunner(BackgroundDrain[DrainState]):
         evicted = [
             before[pod.uid] for pod in report.pods if pod.outcome in ACCEPTED_EVICTIONS and pod.uid in before
         ]
+        # the pods an interrupted run of this incident evicted: recorded, gone from the node before this run
+        evicted += [pod for uid, pod in recorded.items() if uid not in before]
         if evicted and self._requeues:
             self._requeue(evicted, incident_id)
+        elif recorded or (before and self._requeues):
+            self._clear_pending()
 
     def _mapping_sources(self) -> list[Callable[[], GpuPodMap]]:
         """Where a partial drain reads which pod holds which GPU, in order: the kubelet's PodResources on
@@ -189,6 +204,36 @@ class DrainRunner(BackgroundDrain[DrainState]):
             state.requeue = report
 
         self._record(update, edit=keep_requeue)
+        if not report.failed:
+            self._clear_pending()
+
+    def _record_pending(self, incident_id: str, before: Mapping[str, JsonObject]) -> dict[str, JsonObject]:
+        """Write the pods about to be evicted into the node's annotation for ``incident_id``, keeping those an
+        earlier run of the same incident recorded; returns the earlier run's (uid -> pod). Best effort: a
+        failed write is logged and the drain goes on as it did before the record existed."""
+        api = self._drainer.api
+        try:
+            earlier = _pending_pods(
+                api.node_annotations(self.node).get(REQUEUE_PENDING_ANNOTATION), incident_id
+            )
+            pods = earlier | {uid: _requeue_view(pod) for uid, pod in before.items()}
+            if pods and pods != earlier:
+                value = json.dumps(
+                    {"incident": incident_id, "pods": list(pods.values())}, separators=(",", ":")
+                )
+                api.patch_node(self.node, {"metadata": {"annotations": {REQUEUE_PENDING_ANNOTATION: value}}})
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            self._log.warning("requeue_record_not_written", error=str(exc).splitlines()[0])
+            return {}
+        return earlier
+
+    def _clear_pending(self) -> None:
+        try:
+            self._drainer.api.patch_node(
+                self.node, {"metadata": {"annotations": {REQUEUE_PENDING_ANNOTATION: None}}}
+            )
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            self._log.warning("requeue_record_not_cleared", error=str(exc).splitlines()[0])
 
 
 def drain_summary(report: DrainReport) -> str:
@@ -220,3 +265,32 @@ def is_kept_by_requeue_mode(pod: PodReport) -> bool:
 
 def _gone(outcome: PodOutcome) -> bool:
     return outcome in (PodOutcome.EVICTED, PodOutcome.GONE, PodOutcome.SKIPPED)
+
+
+def _requeue_view(pod: Mapping[str, object]) -> JsonObject:
+    """What the requeue reads of an evicted pod: its identity, labels and owners."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    kept = {
+        key: meta[key] for key in ("namespace", "name", "uid", "labels", "ownerReferences") if key in meta
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": kept}
+
+
+def _pending_pods(value: str | None, incident_id: str) -> dict[str, JsonObject]:
+    """The pods of the annotation's record when it is for ``incident_id`` (uid -> pod); otherwise none."""
+    if not value:
+        return {}
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return {}
+    if not isinstance(record, dict) or record.get("incident") != incident_id:
+        return {}
+    pods = record.get("pods")
+    found: dict[str, JsonObject] = {}
+    for pod in pods if isinstance(pods, list) else []:
+        uid = ((pod.get("metadata") or {}).get("uid") if isinstance(pod, dict) else None) or ""
+        if uid:
+            found[str(uid)] = pod
+    return found
