@@ -1,6 +1,6 @@
 """The fleet circuit breaker.
 
-It trips when more than ``breaker_threshold_percent`` of the GPU nodes turned unhealthy within
+It trips when at least ``breaker_threshold_percent`` of the GPU nodes turned unhealthy within
 ``breaker_window_s`` (and at least ``breaker_min_nodes`` did): so many failures at once usually share a cause
 (a driver roll-out, an exporter outage) that draining will not fix. While tripped no permit is granted; only a
 human resets it (``gpuhealth breaker reset``). Transitions before the last reset never count again.
@@ -94,7 +94,8 @@ def _threshold_crossed(conn: Connection, settings: AggregatorSettings, now: date
     if total == 0 or unhealthy < settings.breaker_min_nodes:
         return None
     percent = 100.0 * unhealthy / total
-    if percent <= settings.breaker_threshold_percent:
+    # At the threshold, not only above it: 1,000 of 5,000 nodes failing together (20 %) is a shared cause.
+    if percent < settings.breaker_threshold_percent:
         return None
     return (
         f"{unhealthy} of {total} GPU nodes ({percent:.0f} %) turned unhealthy within "

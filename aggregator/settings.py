@@ -233,7 +233,7 @@ class AggregatorSettings(BaseModel):
         default=20.0,
         ge=0,
         le=100,
-        description="Breaker trips when more than this % of GPU nodes turned unhealthy within the window.",
+        description="Breaker trips when at least this % of GPU nodes turned unhealthy within the window.",
     )
     breaker_window_s: float = Field(default=600.0, gt=0, description="The breaker's sliding window.")
     profiles: ProfilesSettings = Field(

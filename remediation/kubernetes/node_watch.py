@@ -1,7 +1,9 @@
 """A watch of one Node: list it, then stream its changes into a cache, on a daemon thread.
 
-This is the executor's only periodic traffic: one long-lived watch request per ``watch_timeout_s``
-(resumed from the last resourceVersion, which bookmarks keep fresh), a re-list only when the server
+This is the executor's only periodic traffic: one long-lived watch request per ``watch_timeout_s`` to twice
+that, drawn at random for each request as client-go's reflector does (agents started together would
+otherwise renew their watches together, every ``watch_timeout_s``, a wave across the fleet; resumed from
+the last resourceVersion, which bookmarks keep fresh), a re-list only when the server
 answers 410 Expired, and reconnects with backoff after errors. ``close()`` shuts the socket, so the thread
 ends within a second.
 """
@@ -9,6 +11,7 @@ ends within a second.
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -156,7 +159,7 @@ class NodeWatch(NodeCache[JsonObject]):
     def _stream(self, version: str | None) -> str | None:
         if self._stopping.is_set():
             return version
-        stream = self._api.watch(version, self._watch_timeout_s)
+        stream = self._api.watch(version, self._next_timeout_s())
         self._stream_now = stream
         try:
             for event in stream:
@@ -166,6 +169,10 @@ class NodeWatch(NodeCache[JsonObject]):
         finally:
             self._stream_now = None
         return stream.resource_version
+
+    def _next_timeout_s(self) -> int:
+        """How long the server keeps the next watch open: ``watch_timeout_s`` to twice that, at random."""
+        return self._watch_timeout_s + random.randrange(self._watch_timeout_s + 1)  # noqa: S311 - spread, not secrecy
 
     def _handle(self, event: dict[str, Any]) -> None:
         kind = event.get("type")

@@ -61,7 +61,7 @@ class AggregatorKnobs(_Strict):
     budget_max_percent: float = Field(default=100.0, ge=0, le=100, description="Same, as % of GPU nodes.")
     budget_min_nodes: int = Field(default=1, ge=0, description="Budget floor for a small fleet.")
     breaker_threshold_percent: float = Field(
-        default=20.0, ge=0, le=100, description="Breaker trips above this % of nodes turned unhealthy."
+        default=20.0, ge=0, le=100, description="Breaker trips at this % of nodes turned unhealthy."
     )
     breaker_window_s: Duration = Field(default=600.0, description="The breaker's sliding window.")
     breaker_min_nodes: int = Field(default=3, ge=1, description="The breaker never trips on fewer nodes.")

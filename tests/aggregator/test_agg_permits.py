@@ -115,7 +115,7 @@ def test_breaker_trips_when_too_many_nodes_turn_unhealthy_and_holds_until_reset(
         breaker_threshold_percent=20, breaker_window_s=600, breaker_min_nodes=3, permit_settle_s=0
     )
     seed(client, 10)
-    for number in range(2):  # 20 %: not more than the threshold
+    for number in range(2):  # 20 %, but fewer nodes than breaker_min_nodes
         client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
     assert client.get("/v1/breaker", headers=AUTH).json()["state"] == "closed"
     assert ask(client, "node-0").status_code == 201
@@ -282,3 +282,14 @@ def test_the_aggregators_profiles_may_come_from_the_environment_as_json() -> Non
     environ = {"GPUHEALTH_AGGREGATOR_PROFILES": profiles, "GPUHEALTH_AGGREGATOR_ALLOW_ANONYMOUS": "true"}
     settings = load_settings(environ=environ)
     assert settings.profiles.definitions["canary"].budget_share_percent == 20
+
+
+def test_the_breaker_trips_at_its_threshold_not_only_above_it(make_client: MakeClient) -> None:
+    """3 of 15 GPU nodes (exactly 20 %) turned unhealthy: tripped, as 1,000 of 5,000 would be."""
+    client = make_client(breaker_threshold_percent=20, breaker_min_nodes=3, permit_settle_s=0)
+    seed(client, 15)
+    for number in range(3):
+        client.post("/v1/reports", json=report(f"node-{number}", 2, "unhealthy"), headers=AUTH)
+    breaker = client.get("/v1/breaker", headers=AUTH).json()
+    assert breaker["state"] == "tripped"
+    assert "3 of 15 GPU nodes (20 %) turned unhealthy" in breaker["reason"]
