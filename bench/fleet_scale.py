@@ -428,8 +428,10 @@ def run(plan: Plan, *, skip_drain: bool = False) -> dict[str, Any]:
     ):
         scrapes = [running.aggregator.report_histogram()]
         figures["single"] = single_phase(running, sets["single"])
+        log.info("phase_figures", phase="single", figures=figures["single"])  # kept if a later phase fails
         scrapes.append(running.aggregator.report_histogram())
         figures["burst"] = burst_phase(running, sets["burst"])
+        log.info("phase_figures", phase="burst", figures=figures["burst"])
         scrapes.append(running.aggregator.report_histogram())
         if skip_drain:
             figures["drain"] = {
