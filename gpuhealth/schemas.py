@@ -41,6 +41,7 @@ CHART_SET = (
     "tls_client_ca_file",
     "allow_plain_http",
     "remediator",
+    "profiles",  # from the chart's top-level profiles value, shared with the agents
 )
 _KEPT = (
     "type",
