@@ -48,6 +48,17 @@ def shared_client(url: str, token: str) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def running_pods(pods: Iterable[dict[str, Any]], labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The pods Running and not being deleted that carry every one of ``labels``."""
+    return [
+        pod
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") == "Running"
+        and "deletionTimestamp" not in pod["metadata"]
+        and all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+    ]
+
+
 def kube_agent(settings: AgentSettings, library: NvmlLibrary, api_client: client.ApiClient) -> Agent:
     """A node's real agent on the API server behind ``api_client``, with simulated recovery."""
     return build_agent(
@@ -285,13 +296,7 @@ class KubernetesOrchestrator:
         return [entry.obj for entry in entries]
 
     def _running_pods(self, **labels: str) -> list[dict[str, Any]]:
-        return [
-            pod
-            for pod in self._committed("pods", self._workloads.namespace)
-            if pod["status"].get("phase") == "Running"
-            and "deletionTimestamp" not in pod["metadata"]
-            and all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
-        ]
+        return running_pods(self._committed("pods", self._workloads.namespace), labels)
 
     def _role_labels(self, role: Role) -> dict[str, str] | None:
         if role == "training" and self._workloads.training is not None:

@@ -47,6 +47,7 @@ from sim.scenario.kube_orchestrator import (
     note_gang,
     pod_spec,
     pods_per_node,
+    running_pods,
     training_jobset,
     training_pdb,
 )
@@ -349,13 +350,7 @@ class RealKubeOrchestrator:
         return self._nodes.objects() if self._nodes is not None else []
 
     def _running_pods(self, **labels: str) -> list[dict[str, Any]]:
-        return [
-            pod
-            for pod in self._all_pods()
-            if (pod.get("status") or {}).get("phase") == "Running"
-            and "deletionTimestamp" not in pod["metadata"]
-            and all((pod["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
-        ]
+        return running_pods(self._all_pods(), labels)
 
     def _role_labels(self, role: Role) -> dict[str, str] | None:
         if role == "training" and self._workloads.training is not None:
