@@ -172,16 +172,18 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         report = ApplyReport()
         unavailable: str | None = None
         with self._watch.own_writes():
-            for step in steps:
+            for group in _write_groups(steps):
                 if unavailable is not None:
                     # One step already spent its deadline on a server that is down or throttling us: the
                     # rest would only do the same, so the loop gets its answer now and re-applies next tick.
-                    report.results.append(StepResult(step, ok=False, detail=unavailable, attempts=0))
+                    report.results += [
+                        StepResult(step, ok=False, detail=unavailable, attempts=0) for step in group
+                    ]
                     continue
-                result, server_unavailable = self._apply_step(step)
-                report.results.append(result)
+                results, server_unavailable = self._apply_group(group)
+                report.results += results
                 if server_unavailable:
-                    unavailable = f"skipped: API server unavailable ({result.detail})"
+                    unavailable = f"skipped: API server unavailable ({results[-1].detail})"
         return report
 
     def close(self) -> None:
@@ -211,28 +213,47 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
 
     # --- steps --------------------------------------------------------------------------------------------
 
+    def _apply_group(self, group: Sequence[Step]) -> tuple[list[StepResult], bool]:
+        """The results of one step, or of the node-metadata steps sent as one patch (``_write_groups``),
+        and whether it failed because the server is down or throttling us."""
+        if len(group) == 1:
+            result, unavailable = self._apply_step(group[0])
+            return [result], unavailable
+        operation = functools.partial(self._set_metadata, group)
+        return self._run(group, operation)
+
     def _apply_step(self, step: Step) -> tuple[StepResult, bool]:
         """The step's result, and whether it failed because the server is down or throttling us."""
         operation = operation_or_answer(step, self._operation, can_drain=self._drain is not None)
         if isinstance(operation, StepResult):
             return operation, False
+        results, unavailable = self._run((step,), operation)
+        return results[0], unavailable
+
+    def _run(self, steps: Sequence[Step], operation: Callable[[], str]) -> tuple[list[StepResult], bool]:
+        """Send ``operation`` (one request, retried by the policy) for ``steps``; each gets its result."""
         held = skip_reason(self._hold)
         if held is not None:
-            return StepResult(step=step, ok=False, detail=held, attempts=0), False
-        name = type(step).__name__
+            return [StepResult(step=step, ok=False, detail=held, attempts=0) for step in steps], False
+        name = "+".join(type(step).__name__ for step in steps)
         writes_before = self.writes_total
         outcome = self._retry.call(operation, step=name)
         failure = outcome.failure
         if failure is not None:
             detail = self._failed(failure, name)
-            result = StepResult(step=step, ok=False, detail=detail, attempts=outcome.attempts)
-            return result, failure.server_unavailable
+            results = [StepResult(step=s, ok=False, detail=detail, attempts=outcome.attempts) for s in steps]
+            return results, failure.server_unavailable
         detail = outcome.value or "done"
         wrote = self.writes_total > writes_before
         if wrote and self._hold.allowed():
             self._log.info("kubernetes_writes_allowed_again", step=name)
         log_applied(self._log, name, detail, outcome.attempts, wrote=wrote)
-        return StepResult(step=step, ok=True, detail=detail, attempts=outcome.attempts), False
+        details = [_metadata_detail(s) for s in steps] if len(steps) > 1 else [detail]
+        results = [
+            StepResult(step=s, ok=True, detail=d, attempts=outcome.attempts)
+            for s, d in zip(steps, details, strict=True)
+        ]
+        return results, False
 
     def _failed(self, failure: Failure, name: str) -> str:
         """The step's detail; a refusal starts the write hold and is logged once (never the credential)."""
@@ -282,7 +303,20 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
 
     def _set_incident(self, step: SetIncidentAnnotation) -> str:
         self._patch(bodies.incident_patch(step.incident_id))
-        return "annotation set" if step.incident_id is not None else "annotation removed"
+        return _incident_detail(step)
+
+    def _set_metadata(self, steps: Sequence[Step]) -> str:
+        """The state label and the incident annotation in one merge patch: one write (and one watch event
+        at every watcher of the node) instead of two. Details joined by "; ", one per step, in order."""
+        labels: dict[str, str] = {}
+        annotations: dict[str, str | None] = {}
+        for step in steps:
+            if isinstance(step, SetStateLabel):
+                labels.update(bodies.label_patch(step.state)["metadata"]["labels"])
+            elif isinstance(step, SetIncidentAnnotation):
+                annotations.update(bodies.incident_patch(step.incident_id)["metadata"]["annotations"])
+        self._patch({"metadata": {"labels": labels, "annotations": annotations}})
+        return "; ".join(_metadata_detail(step) for step in steps)
 
     def _cordon(self, _step: Cordon) -> str:
         self._patch(bodies.cordon_patch())
@@ -385,6 +419,35 @@ class KubernetesExecutor(ExecutorCommon[DrainState]):
         with _refusal_named("patch", "nodes/status" if status else "nodes"):
             node = self._api.patch_status(body) if status else self._api.patch(body)
         self._watch.record(node, ours=True)
+
+
+def _incident_detail(step: SetIncidentAnnotation) -> str:
+    return "annotation set" if step.incident_id is not None else "annotation removed"
+
+
+def _metadata_detail(step: Step) -> str:
+    """A merged metadata step's own result text, as it would read had it been sent alone."""
+    return _incident_detail(step) if isinstance(step, SetIncidentAnnotation) else "label set"
+
+
+_METADATA_STEPS = (SetStateLabel, SetIncidentAnnotation)
+
+
+def _write_groups(steps: Sequence[Step]) -> list[tuple[Step, ...]]:
+    """The steps in order, one per group, except that a run of plain metadata steps (the state label and
+    the incident annotation, which the planner puts next to each other) is one group: the executor sends
+    it as one merge patch. Neither carries a resourceVersion, so merging them changes no conflict rule."""
+    groups: list[tuple[Step, ...]] = []
+    for step in steps:
+        previous = groups[-1] if groups else ()
+        mergeable = (
+            isinstance(step, _METADATA_STEPS) and previous and isinstance(previous[-1], _METADATA_STEPS)
+        )
+        if mergeable and not any(type(other) is type(step) for other in previous):
+            groups[-1] = (*previous, step)
+        else:
+            groups.append((step,))
+    return groups
 
 
 @contextlib.contextmanager

@@ -111,6 +111,29 @@ def test_state_label_and_incident_annotation_are_set_and_the_annotation_removed_
     assert metadata["labels"]["gpuhealth.io/state"] == "unhealthy"
 
 
+def test_state_label_and_incident_annotation_next_to_each_other_are_one_write(
+    executor: KubernetesExecutor, stored_node: StoredNode
+) -> None:
+    """The planner puts the label and the annotation next to each other: one merge patch carries both (a
+    fault's pass writes one request less, and every watcher of the node sees one event less); each step
+    still has its own result. Apart, or with another step between them, each is its own write."""
+    writes = executor.writes_total
+
+    report = executor.apply([SetStateLabel("unhealthy"), SetIncidentAnnotation("inc-gpu-node-0-1")])
+
+    assert [(r.ok, r.detail) for r in report.results] == [(True, "label set"), (True, "annotation set")]
+    assert executor.writes_total == writes + 1
+    metadata = stored_node()["metadata"]
+    assert metadata["labels"]["gpuhealth.io/state"] == "unhealthy"
+    assert metadata["annotations"]["gpuhealth.io/incident"] == "inc-gpu-node-0-1"
+
+    writes = executor.writes_total
+    report = executor.apply([SetStateLabel("healthy"), UNHEALTHY, SetIncidentAnnotation(None)])
+
+    assert [r.detail for r in report.results] == ["label set", "condition set", "annotation removed"]
+    assert executor.writes_total == writes + 3
+
+
 def test_set_taint_keeps_every_other_taint_in_order_and_applying_twice_leaves_one(
     executor: KubernetesExecutor, human: client.CoreV1Api, stored_node: StoredNode
 ) -> None:
