@@ -49,6 +49,12 @@ from sim.fakes.structs import (
 )
 
 _FAKE_NODE_NUMBERS = itertools.count()  # only to tell apart fakes built without a seed
+_NVLINK_COUNTERS = {  # NVML's error counter -> the FakeLink field (looked up, not rebuilt, on each call)
+    nvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay",
+    nvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
+    nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit",
+    nvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data",
+}
 
 XID_FELL_OFF_THE_BUS: Final[int] = 79
 XID_RECOVERY_ACTION_CHANGED: Final[int] = 154
@@ -378,15 +384,11 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkErrorCounter(self, device: object, link: int, counter: int) -> int:
         with self._lock:
             state = self._link(self._device(device, "nvmlDeviceGetNvLinkErrorCounter"), link)
-            counters = {
-                nvml.NVML_NVLINK_ERROR_DL_REPLAY: state.replay,
-                nvml.NVML_NVLINK_ERROR_DL_RECOVERY: state.recovery,
-                nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: state.crc_flit,
-                nvml.NVML_NVLINK_ERROR_DL_CRC_DATA: state.crc_data,
-            }
-            if counter not in counters:
+            name = _NVLINK_COUNTERS.get(counter)
+            if name is None:
                 _raise(nvml.NVML_ERROR_INVALID_ARGUMENT)
-            return counters[counter]
+            value: int = getattr(state, name)
+            return value
 
     @staticmethod
     def _link(gpu: FakeGpu, link: int) -> FakeLink:
