@@ -28,6 +28,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, NoReturn
 
@@ -49,11 +50,12 @@ from sim.fakes.structs import (
 )
 
 _FAKE_NODE_NUMBERS = itertools.count()  # only to tell apart fakes built without a seed
-_NVLINK_COUNTERS = {  # NVML's error counter -> the FakeLink field (looked up, not rebuilt, on each call)
-    nvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay",
-    nvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
-    nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit",
-    nvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data",
+# NVML's NVLink error counter -> the FakeLink field it reads (looked up, not rebuilt, on each call)
+_NVLINK_COUNTERS: dict[int, Callable[[FakeLink], int]] = {
+    nvml.NVML_NVLINK_ERROR_DL_REPLAY: lambda link: link.replay,
+    nvml.NVML_NVLINK_ERROR_DL_RECOVERY: lambda link: link.recovery,
+    nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: lambda link: link.crc_flit,
+    nvml.NVML_NVLINK_ERROR_DL_CRC_DATA: lambda link: link.crc_data,
 }
 
 XID_FELL_OFF_THE_BUS: Final[int] = 79
@@ -384,11 +386,10 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkErrorCounter(self, device: object, link: int, counter: int) -> int:
         with self._lock:
             state = self._link(self._device(device, "nvmlDeviceGetNvLinkErrorCounter"), link)
-            name = _NVLINK_COUNTERS.get(counter)
-            if name is None:
+            read = _NVLINK_COUNTERS.get(counter)
+            if read is None:
                 _raise(nvml.NVML_ERROR_INVALID_ARGUMENT)
-            value: int = getattr(state, name)
-            return value
+            return read(state)
 
     @staticmethod
     def _link(gpu: FakeGpu, link: int) -> FakeLink:
