@@ -126,7 +126,8 @@ def ingest_report(
         log.info("report sequence restarted", node=report.node, epoch=report.epoch)
     previous_state = NodeState(row.state) if row.last_seq >= 0 else None
     incident_id = _track_incident(conn, report, row.incident_id, now)
-    readings_ring.sample(conn, report.node, _readings(report), row=row, incident_id=incident_id, now=now)
+    if readings_ring.due(row, incident_id, now):  # a few minutes apart: most reports skip the ring
+        readings_ring.sample(conn, report.node, _readings(report), row=row, incident_id=incident_id, now=now)
     timeline = _Timeline(conn, history, now)
     _record_timeline(timeline, report, row=row, previous_state=previous_state, incident_id=incident_id)
     if history is not None:

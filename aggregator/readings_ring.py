@@ -41,6 +41,13 @@ def samples(conn: Connection, node: str, *, incident_id: str | None = None) -> l
     ]
 
 
+def due(row: Any, incident_id: str | None, now: datetime) -> bool:
+    """Whether the node's next sample is due (``row``: the node's decision columns, with
+    ``readings_sampled_at``; ``incident_id``: its incident after this report)."""
+    last = row.readings_sampled_at
+    return last is None or now - last >= SAMPLE_EVERY or incident_id != row.incident_id
+
+
 def sample(
     conn: Connection,
     node: str,
@@ -50,13 +57,9 @@ def sample(
     incident_id: str | None,
     now: datetime,
 ) -> None:
-    """Put the report's ``readings`` into the node's ring when a sample is due (``row``: the node's
-    decision columns, with ``readings_sampled_at`` and ``readings_slot``)."""
+    """Put the report's ``readings`` into the node's ring in the next slot (``row``: the node's decision
+    columns, with ``readings_slot``); the caller asked :func:`due` first."""
     if not readings:
-        return
-    last = row.readings_sampled_at
-    turned = incident_id != row.incident_id
-    if last is not None and now - last < SAMPLE_EVERY and not turned:
         return
     slot = int(row.readings_slot or 0) % RING_SIZE
     conn.execute(
