@@ -251,6 +251,8 @@ _DECISION_COLUMNS = (
     nodes.c.findings,
     nodes.c.readings_sampled_at,
     nodes.c.readings_slot,
+    nodes.c.readings_after_incident,
+    nodes.c.readings_after_left,
 )
 
 

@@ -8,8 +8,10 @@ or closes. Bounded: ``RING_SIZE`` rows a node whatever its age (8 rows of up to 
 
 When an incident opens, the ring (the samples before it) is copied into its ``incident_opened`` history
 line (``readings_before``); when it closes, the ring's samples taken during it go into ``incident_closed``
-(``readings_during``). ``GET /v1/nodes/{node}`` carries the ring as it is now (``recent_readings``): after
-an incident, what the GPU read since.
+(``readings_during``); and the next ``AFTER_SAMPLES`` samples after its release each become one
+``incident_readings_after`` line of its history (unless another incident opens first), so the readings
+after a repair stay with the incident once the ring has moved on. ``GET /v1/nodes/{node}`` carries the ring
+as it is now (``recent_readings``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
+from aggregator.store.common import record_event
 from aggregator.store.tables import nodes, readings_ring
 
 RING_SIZE = 8
 """Samples kept per node."""
 SAMPLE_EVERY = timedelta(minutes=5)
 """The least time between two samples of a node (an incident's opening or closing is always sampled)."""
+AFTER_SAMPLES = 3
+"""Samples after an incident's release kept in its history (at least 15 minutes of them)."""
+AFTER_KIND = "incident_readings_after"
 
 
 def samples(conn: Connection, node: str, *, incident_id: str | None = None) -> list[dict[str, Any]]:
@@ -58,9 +64,29 @@ def sample(
     now: datetime,
 ) -> None:
     """Put the report's ``readings`` into the node's ring in the next slot (``row``: the node's decision
-    columns, with ``readings_slot``); the caller asked :func:`due` first."""
+    columns, with the ring's bookkeeping); the caller asked :func:`due` first. A sample after a release
+    also goes into the released incident's history, ``AFTER_SAMPLES`` times."""
     if not readings:
         return
+    after_incident, after_left = row.readings_after_incident, int(row.readings_after_left or 0)
+    if row.incident_id is not None and incident_id != row.incident_id:  # released (or replaced) now
+        after_incident, after_left = row.incident_id, AFTER_SAMPLES
+    elif incident_id is not None:  # another incident is open: its readings are its own
+        after_incident, after_left = None, 0
+    elif after_incident is not None and after_left > 0:
+        number = AFTER_SAMPLES - after_left + 1
+        record_event(
+            conn,
+            at=now,
+            kind=AFTER_KIND,
+            node=node,
+            incident_id=after_incident,
+            message=f"readings after incident {after_incident} was released ({number} of {AFTER_SAMPLES})",
+            details={"readings": readings},
+        )
+        after_left -= 1
+        if after_left == 0:
+            after_incident = None
     slot = int(row.readings_slot or 0) % RING_SIZE
     conn.execute(
         delete(readings_ring).where(
@@ -75,7 +101,12 @@ def sample(
     conn.execute(
         update(nodes)
         .where(nodes.c.name == node)
-        .values(readings_sampled_at=now, readings_slot=(slot + 1) % RING_SIZE)
+        .values(
+            readings_sampled_at=now,
+            readings_slot=(slot + 1) % RING_SIZE,
+            readings_after_incident=after_incident,
+            readings_after_left=after_left,
+        )
     )
 
 

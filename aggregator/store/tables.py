@@ -95,6 +95,19 @@ nodes = Table(
         server_default="0",
         comment="the ring slot the next sample takes (0006)",
     ),
+    Column(
+        "readings_after_incident",
+        String(128),
+        nullable=True,
+        comment="the incident whose readings after its release are still being kept (0006)",
+    ),
+    Column(
+        "readings_after_left",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="how many more samples after that release to keep in its history (0006)",
+    ),
 )
 Index("ix_nodes_stale_at", nodes.c.stale_at)
 # Covering indexes for the fleet summary: counting 10,000 nodes by state must not read their GPU lists.

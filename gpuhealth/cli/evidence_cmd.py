@@ -8,7 +8,7 @@ What a vendor asks for, gathered from the aggregator into one ``.tar.gz``:
 * ``xid_timeline.json`` — every finding line naming an XID or an SXid, oldest first;
 * ``incidents/<id>.json`` — each incident with its timeline and the GPU's readings around it: the
   aggregator's samples before it (``readings_before``), at its opening, during it, at its release and after
-  (``readings_after_release``, while the node's ring still holds them);
+  (``readings_after_release``, the first samples after it, kept in its history);
 * ``readings_now.json`` — the latest readings (clocks, power, PCIe, remapped rows, retired pages, ...);
 * ``memory.json`` — remapped rows, retired pages and uncorrectable ECC, now and at each incident;
 * ``diagnostics.json`` — the diagnostic requests and results in the history;
@@ -52,6 +52,7 @@ _MEMORY = (
     "retired_pages_pending",
     "ecc_aggregate_uncorrected",
 )
+_READINGS_AFTER = "incident_readings_after"  # aggregator/readings_ring.py: samples after a release
 _ACTION_KINDS = ("action", "permit", "drain", "release", "quarantine", "diag", "incident", "repeat_offender")
 
 
@@ -213,7 +214,12 @@ def build_evidence(
         during = _samples_at(item, "incident_closed", "readings_during")
         if item.ended_at is None:  # still open: the ring's samples since it opened
             during = [sample for sample in recent if sample["incident_id"] == item.id]
+        # after the release: the samples its history kept, else those the node's ring still holds
         after = [
+            {"at": event.at.isoformat(), "incident_id": None, "readings": event.details.get("readings") or {}}
+            for event in item.timeline
+            if event.kind == _READINGS_AFTER
+        ] or [
             sample
             for sample in recent
             if item.ended_at is not None and datetime.fromisoformat(sample["at"]) > item.ended_at

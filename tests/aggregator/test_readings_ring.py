@@ -94,6 +94,38 @@ def test_an_incident_carries_the_readings_before_during_and_at_its_ends(
     assert _temperatures(recent) == [1, 2, 3, 4, 6, 7]
     assert [sample["incident_id"] for sample in recent] == [None, None, None, "inc-ring", "inc-ring", None]
 
+    # After the release: the next 3 samples also go into the incident's history, which outlives the ring.
+    for seq in range(8, 8 + RING_SIZE + 2):
+        clock.advance(every)
+        _send(client, clock, seq)
+    timeline = client.get("/v1/incidents/inc-ring", headers=AUTH).json()["timeline"]
+    after = [e for e in timeline if e["kind"] == "incident_readings_after"]
+    assert [next(iter(e["details"]["readings"].values()))["temperature_c"] for e in after] == [8, 9, 10]
+    assert after[0]["message"] == "readings after incident inc-ring was released (1 of 3)"
+    recent = client.get(f"/v1/nodes/{NODE}", headers=AUTH).json()["recent_readings"]
+    assert 8 not in _temperatures(recent)  # the ring has moved on; the history kept them
+
+
+def test_a_new_incident_ends_the_readings_after_the_last_one(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    client = make_client()
+    every = SAMPLE_EVERY.total_seconds()
+    _send(client, clock, 1, "unhealthy", incident="inc-a")
+    clock.advance(every)
+    _send(client, clock, 2)  # released
+    clock.advance(every)
+    _send(client, clock, 3)  # after inc-a: 1 of 3
+    clock.advance(every)
+    _send(client, clock, 4, "unhealthy", incident="inc-b")  # a new incident: inc-a's "after" ends
+    clock.advance(every)
+    _send(client, clock, 5, "unhealthy", incident="inc-b")
+    clock.advance(every)
+    _send(client, clock, 6)
+    timeline = client.get("/v1/incidents/inc-a", headers=AUTH).json()["timeline"]
+    after = [e for e in timeline if e["kind"] == "incident_readings_after"]
+    assert [next(iter(e["details"]["readings"].values()))["temperature_c"] for e in after] == [3]
+
 
 def test_a_diagnostics_raw_output_is_stored_redacted_and_bounded(
     make_client: MakeClient, clock: ManualClock

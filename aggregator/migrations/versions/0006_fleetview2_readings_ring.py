@@ -18,7 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create ``readings_ring``; add ``nodes.readings_sampled_at`` and ``nodes.readings_slot``."""
+    """Create ``readings_ring``; add the ring's bookkeeping to ``nodes``."""
     op.create_table(
         "readings_ring",
         sa.Column("node", sa.String(253), primary_key=True),
@@ -45,11 +45,30 @@ def upgrade() -> None:
                 comment="the ring slot the next sample takes (0006)",
             )
         )
+        batch.add_column(
+            sa.Column(
+                "readings_after_incident",
+                sa.String(128),
+                nullable=True,
+                comment="the incident whose readings after its release are still being kept (0006)",
+            )
+        )
+        batch.add_column(
+            sa.Column(
+                "readings_after_left",
+                sa.Integer,
+                nullable=False,
+                server_default="0",
+                comment="how many more samples after that release to keep in its history (0006)",
+            )
+        )
 
 
 def downgrade() -> None:
-    """Drop the two ``nodes`` columns and ``readings_ring``."""
+    """Drop the ring's ``nodes`` columns and ``readings_ring``."""
     with op.batch_alter_table("nodes") as batch:
+        batch.drop_column("readings_after_left")
+        batch.drop_column("readings_after_incident")
         batch.drop_column("readings_slot")
         batch.drop_column("readings_sampled_at")
     op.drop_table("readings_ring")
