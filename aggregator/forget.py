@@ -13,6 +13,7 @@ from datetime import datetime
 import structlog
 from sqlalchemy import Connection, delete, select
 
+from aggregator import readings_ring
 from aggregator.store.common import record_event
 from aggregator.store.tables import drains, incidents, nodes, permits, requests
 from core.aggregator_api import NodeForgotten
@@ -31,6 +32,7 @@ def forget_node(conn: Connection, node: str, *, by: str, now: datetime) -> NodeF
         permits=conn.execute(delete(permits).where(permits.c.node == node)).rowcount,
         incidents=conn.execute(delete(incidents).where(incidents.c.node == node)).rowcount,
     )
+    readings_ring.forget(conn, node)
     conn.execute(delete(nodes).where(nodes.c.name == node))
     record_event(
         conn,

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection, bindparam, func, select, update
 
-from aggregator import breaker, incident_ids
+from aggregator import breaker, incident_ids, readings_ring
 from aggregator.alerts import raising
 from aggregator.history_budget import HistoryBudget
 from aggregator.settings import AggregatorSettings
@@ -23,6 +23,7 @@ from aggregator.store.tables import events, incidents, nodes, requests
 from core.aggregator_api import BAD_STATES, Report, ReportAck
 from core.findings import SHARED_CAUSE_CODES, Action
 from core.health import NodeState
+from core.redaction import redact_text
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +126,8 @@ def ingest_report(
         log.info("report sequence restarted", node=report.node, epoch=report.epoch)
     previous_state = NodeState(row.state) if row.last_seq >= 0 else None
     incident_id = _track_incident(conn, report, row.incident_id, now)
+    if readings_ring.due(row, incident_id, now):  # a few minutes apart: most reports skip the ring
+        readings_ring.sample(conn, report.node, _readings(report), row=row, incident_id=incident_id, now=now)
     timeline = _Timeline(conn, history, now)
     _record_timeline(timeline, report, row=row, previous_state=previous_state, incident_id=incident_id)
     if history is not None:
@@ -246,6 +249,10 @@ _DECISION_COLUMNS = (
     nodes.c.hold,
     nodes.c.pending_requests,
     nodes.c.findings,
+    nodes.c.readings_sampled_at,
+    nodes.c.readings_slot,
+    nodes.c.readings_after_incident,
+    nodes.c.readings_after_left,
 )
 
 
@@ -283,7 +290,11 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
             node=report.node,
             incident_id=previous_id,
             message=f"incident {previous_id} closed",
-            details={"readings": _readings(report)},
+            details={
+                "readings": _readings(report),
+                # the node's samples while it was open (aggregator/readings_ring.py)
+                "readings_during": readings_ring.samples(conn, report.node, incident_id=previous_id),
+            },
         )
     if incident is None:
         return None
@@ -325,6 +336,8 @@ def _track_incident(conn: Connection, report: Report, previous_id: str | None, n
             "opened_by": [f.model_dump(mode="json") for f in report.verdict.findings if f.status != "ok"],
             # What each GPU read when it opened (the evidence for a hardware return, docs/fleet-view.md).
             "readings": _readings(report),
+            # and in the samples before it (aggregator/readings_ring.py), oldest first
+            "readings_before": readings_ring.samples(conn, report.node),
         },
     )
     log.info("incident opened", node=report.node, incident=incident_id)
@@ -472,7 +485,9 @@ def _record_timeline(
             message=action.message
             if shadow and action.message
             else f"{action.action} {action.result}" + (f": {action.message}" if action.message else ""),
-            details={"action": action.action, "result": action.result},
+            details={"action": action.action, "result": action.result}
+            # a diagnostic's raw dcgmi output (bounded on the wire), redacted again: an agent may be old
+            | ({"output": redact_text(action.output)} if action.output else {}),
             repeatable=True,  # the same step done or refused again (a drain retried): one row with a count
         )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, or_, select
 
-from aggregator import breaker, permits
+from aggregator import breaker, permits, readings_ring
 from aggregator.settings import AggregatorSettings
 from aggregator.store import requests as node_requests
 from aggregator.store.common import event_from_row
@@ -175,6 +175,7 @@ def node_detail(conn: Connection, name: str, now: datetime) -> NodeDetail | None
         pending_requests=node_requests.pending(conn, name),
         permit=permits.active_permit(conn, name, now),
         timeline=node_timeline(conn, name, row.incident_id),
+        recent_readings=readings_ring.samples(conn, name),
     )
 
 

@@ -29,6 +29,7 @@ FAULT, OPENED, STATE, NODE_WRITES, PERMIT, DRAIN, REQUEUE, RECOVERY, RELEASE, CL
 _KIND_RANK = {
     "incident_opened": OPENED,
     "incident_closed": CLOSED,
+    "incident_readings_after": CLOSED,  # aggregator/readings_ring.py: samples after the release
     "turned_unhealthy": STATE,
     "repeat_offender": STATE,
 }

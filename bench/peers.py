@@ -53,6 +53,7 @@ def _pass(
 
 def measure(nodes: int, steps: int) -> dict[str, Any]:
     settings = PeerSettings()
+    cpu_started = time.process_time()
     started = time.perf_counter()
     healthy = LoadedFleet(nodes, seed="bench-day")
     flagged, compare_s = _pass(healthy, steps, settings)
@@ -76,6 +77,7 @@ def measure(nodes: int, steps: int) -> dict[str, Any]:
         "false_positive_rate": len(flagged) / gpus,
         "compare_ms_per_step": round(1000 * compare_s / steps, 2),
         "seconds": round(elapsed, 1),
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),  # both passes
         "faults_injected": 4,
         "faults_found": sorted(f"{node}/{index}/{code}" for node, index, code in found),
     }

@@ -224,6 +224,12 @@ class IncidentReport(_Wire):
     action: Action = Field(default=Action.NONE, description="The most severe action recommended so far.")
 
 
+DIAG_OUTPUT_MAX_BYTES = 64 * 1024
+"""How much of a diagnostic's raw output an agent sends (its end: the results come last)."""
+DIAG_OUTPUT_MAX_CHARS = DIAG_OUTPUT_MAX_BYTES
+"""The wire's bound on ``ActionTaken.output`` in characters (64 KiB of UTF-8 is at most as many)."""
+
+
 class ActionTaken(_Wire):
     """One step the agent performed since its previous report (for the incident timeline)."""
 
@@ -236,6 +242,11 @@ class ActionTaken(_Wire):
     )
     message: ShortText = ""
     incident_id: Annotated[str, Field(max_length=128)] | None = None
+    output: Annotated[str, Field(max_length=DIAG_OUTPUT_MAX_CHARS)] | None = Field(
+        default=None,
+        description="The step's raw output where it is evidence: a diagnostic's `dcgmi diag -j` output "
+        "(its last 64 KiB, secret-looking values redacted by the agent). Absent for every other step.",
+    )
 
 
 class Report(_Body):
@@ -538,6 +549,14 @@ class NodeSummary(_Wire):
     )
 
 
+class ReadingsSample(_Wire):
+    """One sample of a node's GPU readings, as the aggregator's ring keeps it."""
+
+    at: datetime = Field(description="When the report carrying them arrived.")
+    incident_id: str | None = Field(default=None, description="The node's open incident then.")
+    readings: dict[str, GpuReadings] = Field(description="Each GPU's readings, by UUID.")
+
+
 class NodeDetail(NodeSummary):
     """One node with everything on-call needs: GPUs, findings, incident, requests, permit, timeline."""
 
@@ -551,6 +570,11 @@ class NodeDetail(NodeSummary):
     peer_findings: list[Finding] = Field(
         default_factory=list,
         description="Warnings from comparing the node's GPUs with their peers (same model and driver).",
+    )
+    recent_readings: list[ReadingsSample] = Field(
+        default_factory=list,
+        description="The node's last few GPU readings, oldest first (at most 8, at least 5 minutes apart; "
+        "an incident's opening and closing always sampled): the readings around an incident.",
     )
 
 

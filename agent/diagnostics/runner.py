@@ -42,10 +42,11 @@ from agent.diagnostics.settings import DiagnosticsSettings
 from agent.diagnostics.state import DiagnosticsState, DiagnosticsStore, RunningDiag
 from agent.state.machine import HealthStateMachine
 from checks.dcgmi import diag_findings
-from core.aggregator_api import ActionTaken
+from core.aggregator_api import DIAG_OUTPUT_MAX_BYTES, ActionTaken
 from core.clock import Clock
 from core.findings import Finding
 from core.health import NodeHealth, NodeState
+from core.redaction import redact_text, tail
 from core.snapshot import NodeSnapshot
 from core.steps import ApplyReport, SetTaint
 
@@ -286,13 +287,14 @@ class DiagnosticsRunner:
         what = run.order.describe()
         if isinstance(outcome, DiagRun):
             summary = diag_summary(outcome)
+            output = diag_output(outcome)
             if outcome.passed:
                 self._update(running=None, failed_findings=[], failed_incident=None)
-                self._note("ok", f"{what} passed in {outcome.seconds:.0f} s: {summary}")
+                self._note("ok", f"{what} passed in {outcome.seconds:.0f} s: {summary}", output=output)
             else:
                 found = diag_findings(outcome.result, run.uuids)
                 self._update(running=None, failed_findings=found, failed_incident=None)
-                self._note("failed", f"{what} failed in {outcome.seconds:.0f} s: {summary}")
+                self._note("failed", f"{what} failed in {outcome.seconds:.0f} s: {summary}", output=output)
             self._log.info("diagnostic_finished", passed=outcome.passed, seconds=round(outcome.seconds, 1))
             return
         # dcgmi missing, hung or unreadable: DCGM trouble, not a GPU fault, so no finding.
@@ -344,9 +346,15 @@ class DiagnosticsRunner:
         if self._store is not None:
             self._store.save(self._state)
 
-    def _note(self, result: str, message: str) -> None:
+    def _note(self, result: str, message: str, *, output: str | None = None) -> None:
         entry = ActionTaken.model_validate(
-            {"at": self._clock.now(), "action": ACTION, "result": result, "message": message[:_MAX_MESSAGE]}
+            {
+                "at": self._clock.now(),
+                "action": ACTION,
+                "result": result,
+                "message": message[:_MAX_MESSAGE],
+                "output": output,
+            }
         )
         with self._lock:
             self._notes.append(entry)
@@ -358,6 +366,14 @@ def diag_summary(run: DiagRun) -> str:
     graded = [(test.name, test.grade.value if test.grade else "no result") for test in run.result.tests]
     graded.sort(key=lambda item: order.get(item[1], 4))
     return ", ".join(f"{name} {grade}" for name, grade in graded) or "no test ran"
+
+
+def diag_output(run: DiagRun) -> str | None:
+    """What the report carries of ``dcgmi diag``'s raw output, the evidence for a hardware return: its last
+    64 KiB (the results come last), secret-looking values redacted; None when dcgmi printed nothing."""
+    if not run.output.strip():
+        return None
+    return tail(redact_text(run.output), DIAG_OUTPUT_MAX_BYTES)  # redacted whole: no cut secret shows
 
 
 def spread_s(node: str, settings: DiagnosticsSettings) -> float:

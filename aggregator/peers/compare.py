@@ -10,13 +10,13 @@ smaller than ``min_peers``. A GPU may be an outlier on several readings; each gi
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from statistics import median
 
 from aggregator.peer_settings import PeerSettings
-from aggregator.peers.stats import mode_share, robust_z
+from aggregator.peers.stats import RobustScale, mode_share
 from core.aggregator_api import GpuReadings
 from core.findings import Action, Finding, Status
 
@@ -158,26 +158,32 @@ class _Group:
 
     def links(self) -> list[PeerOutlier]:
         """Under load, (generation, width) against the busy peers; idle (the link may drop its generation
-        to save power), the width against every peer."""
+        to save power), the width against every peer.
+
+        Each population's usual link is counted once per pass (not once per GPU: a group of thousands of
+        GPUs would count it thousands of times)."""
         found = []
-        busy_links = [(g.readings.pcie_gen, g.readings.pcie_width) for g in self.busy]
-        busy_links_known = [link for link in busy_links if None not in link]
-        widths = [g.readings.pcie_width for g in self.members if g.readings.pcie_width is not None]
+        busy_links: list[tuple[int | None, int | None]] = [
+            link for g in self.busy if None not in (link := (g.readings.pcie_gen, g.readings.pcie_width))
+        ]
+        widths: list[tuple[int | None, int | None]] = [
+            (None, g.readings.pcie_width) for g in self.members if g.readings.pcie_width is not None
+        ]
+        usual_busy = _Usual(busy_links)
+        usual_width = _Usual(widths)
         busy_ids = {id(gpu) for gpu in self.busy}
         for gpu in self.members:
             mine = (gpu.readings.pcie_gen, gpu.readings.pcie_width)
             if id(gpu) in busy_ids and None not in mine:
-                population: Sequence[tuple[int | None, int | None]] = busy_links_known
-                own: tuple[int | None, int | None] = mine
+                population, own = usual_busy, mine
             elif gpu.readings.pcie_width is not None:
-                population = [(None, width) for width in widths]
-                own = (None, gpu.readings.pcie_width)
+                population, own = usual_width, (None, gpu.readings.pcie_width)
             else:
                 continue
-            peers = len(population) - 1
+            peers = population.size - 1
             if peers < self.settings.min_peers:
                 continue
-            usual, count = mode_share(population)
+            usual, count = population.mode()
             if usual == own or count < self.settings.link_majority * peers:
                 continue
             if not _below(own, usual):
@@ -204,10 +210,11 @@ class _Group:
         middle = median(clocks)
         powers = [g.readings.power_w for g in clocked if g.readings.power_w is not None]
         peer_power = median(powers) if powers else None
+        scale = RobustScale.of(clocks)  # once for the group, not once per GPU
         found = []
         for gpu, clock in zip(clocked, clocks, strict=True):
             deficit = 100.0 * (1 - clock / middle) if middle else 0.0
-            if deficit < self.settings.clock_deficit_pct or robust_z(clock, clocks) > -self.settings.robust_z:
+            if deficit < self.settings.clock_deficit_pct or scale.z(clock) > -self.settings.robust_z:
                 continue
             power = gpu.readings.power_w
             limit = gpu.readings.power_limit_w
@@ -265,9 +272,10 @@ class _Group:
                 continue
             temperatures = [float(g.readings.temperature_c or 0) for g in members]
             middle = median(temperatures)
+            scale = RobustScale.of(temperatures)  # once for the band, not once per GPU
             for gpu, temperature in zip(members, temperatures, strict=True):
                 excess = temperature - middle
-                z = robust_z(temperature, temperatures)
+                z = scale.z(temperature)
                 if excess < self.settings.temperature_excess_c or z < self.settings.robust_z:
                     continue
                 limit = gpu.readings.power_limit_w or 0.0
@@ -338,6 +346,20 @@ def _rates(group: _Group, code: str) -> list[PeerOutlier]:
 
 def _rate_of(gpu: PeerGpu, code: str) -> float | None:
     return gpu.replay_rate_per_h if code == PCIE_REPLAY_RATE else gpu.nvlink_rate_per_h
+
+
+class _Usual:
+    """A population of links and its most common one, counted on first use and then kept."""
+
+    def __init__(self, links: list[tuple[int | None, int | None]]) -> None:
+        self._links = links
+        self.size = len(links)
+        self._mode: tuple[tuple[int | None, int | None], int] | None = None
+
+    def mode(self) -> tuple[tuple[int | None, int | None], int]:
+        if self._mode is None:
+            self._mode = mode_share(self._links)
+        return self._mode
 
 
 def _below(own: tuple[int | None, int | None], usual: tuple[int | None, int | None]) -> bool:

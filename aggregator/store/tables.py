@@ -82,6 +82,32 @@ nodes = Table(
     Column("labels", JSON, nullable=False),
     Column("gpus", JSON, nullable=False),
     Column("findings", JSON, nullable=False),
+    Column(
+        "readings_sampled_at",
+        UtcDateTime,
+        nullable=True,
+        comment="when the node's readings last went into the ring (0006)",
+    ),
+    Column(
+        "readings_slot",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="the ring slot the next sample takes (0006)",
+    ),
+    Column(
+        "readings_after_incident",
+        String(128),
+        nullable=True,
+        comment="the incident whose readings after its release are still being kept (0006)",
+    ),
+    Column(
+        "readings_after_left",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="how many more samples after that release to keep in its history (0006)",
+    ),
 )
 Index("ix_nodes_stale_at", nodes.c.stale_at)
 # Covering indexes for the fleet summary: counting 10,000 nodes by state must not read their GPU lists.
@@ -116,6 +142,17 @@ Index("ix_events_at", events.c.at)
 Index("ix_events_node_at", events.c.node, events.c.at)
 Index("ix_events_incident", events.c.incident_id)
 Index("ix_events_kind_at", events.c.kind, events.c.at)
+
+# Each node's last few GPU readings (aggregator/readings_ring.py): at most RING_SIZE rows a node, one a slot.
+readings_ring = Table(
+    "readings_ring",
+    metadata,
+    Column("node", String(253), primary_key=True),
+    Column("slot", Integer, primary_key=True, autoincrement=False, comment="0 .. ring size - 1"),
+    Column("at", UtcDateTime, nullable=False, comment="when the report arrived"),
+    Column("incident_id", String(128), nullable=True, comment="the node's open incident then"),
+    Column("readings", JSON, nullable=False, comment="{gpu uuid: GpuReadings}"),
+)
 
 permits = Table(
     "permits",

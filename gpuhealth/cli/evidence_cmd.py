@@ -6,11 +6,15 @@ What a vendor asks for, gathered from the aggregator into one ``.tar.gz``:
   its incidents, the XIDs and SXids seen, its memory's state, the diagnostics run and the actions taken;
 * ``identity.json`` — the node's GPUs (or the one chosen) as the last report named them;
 * ``xid_timeline.json`` — every finding line naming an XID or an SXid, oldest first;
-* ``incidents/<id>.json`` — each incident with its timeline and the readings of every GPU when it opened;
+* ``incidents/<id>.json`` — each incident with its timeline and the GPU's readings around it: the
+  aggregator's samples before it (``readings_before``), at its opening, during it, at its release and after
+  (``readings_after_release``, the first samples after it, kept in its history);
 * ``readings_now.json`` — the latest readings (clocks, power, PCIe, remapped rows, retired pages, ...);
 * ``memory.json`` — remapped rows, retired pages and uncorrectable ECC, now and at each incident;
-* ``diagnostics.json`` — the diagnostic requests and results in the history; ``diagnostics/raw-N.json`` —
-  each saved ``dcgmi diag -j`` output given with ``--dcgmi-diag`` (the aggregator keeps the summary only);
+* ``diagnostics.json`` — the diagnostic requests and results in the history;
+  ``diagnostics/dcgmi-diag-<event>.json`` — the raw ``dcgmi diag -j`` output the agent sent with each
+  result (its last 64 KiB); ``diagnostics/raw-N.json`` — each saved output given with ``--dcgmi-diag``
+  (a run from outside gpuhealth, or from an agent too old to send it);
 * ``actions.json`` — the actions taken, requested and granted, each with who: the node's agent, the
   aggregator, or the person named in the history.
 
@@ -32,13 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from core.aggregator_api import Event, IncidentDetail, NodeDetail
+from core.redaction import redact, redact_text
 from gpuhealth.cli.errors import CliError
 from gpuhealth.cli.fleet_cmd import _client, _common_options
 from gpuhealth.cli.guard import node_name
 
-REDACTED = "[redacted]"
-_SECRET_KEYS = re.compile(r"token|secret|password|passwd|credential|authorization|api[_-]?key", re.IGNORECASE)
-_BEARER = re.compile(r"(?i)\b(bearer|token)[\s:=]+[A-Za-z0-9._~+/=-]{8,}")
 _XID = re.compile(r"^(XID_|SXID_|NVSWITCH_SXID)")
 _MEMORY = (
     "remapped_rows_correctable",
@@ -50,6 +52,7 @@ _MEMORY = (
     "retired_pages_pending",
     "ecc_aggregate_uncorrected",
 )
+_READINGS_AFTER = "incident_readings_after"  # aggregator/readings_ring.py: samples after a release
 _ACTION_KINDS = ("action", "permit", "drain", "release", "quarantine", "diag", "incident", "repeat_offender")
 
 
@@ -105,20 +108,6 @@ def _read_diag(path: str) -> bytes:
     except ValueError as exc:
         raise CliError(f"{path}: not a `dcgmi diag -j` output (not JSON)", 2) from exc
     return data
-
-
-def redact(value: Any) -> Any:
-    """``value`` with every secret-looking entry and credential in text replaced."""
-    if isinstance(value, dict):
-        return {
-            key: REDACTED if _SECRET_KEYS.search(str(key)) and item not in (None, "") else redact(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(item) for item in value]
-    if isinstance(value, str):
-        return _BEARER.sub(lambda match: f"{match.group(1)} {REDACTED}", value)
-    return value
 
 
 def _json(value: Any) -> bytes:
@@ -189,13 +178,18 @@ def build_evidence(
             for incident, readings in readings_at_open.items()
         },
     }
+    outputs = {
+        event.id: (f"diagnostics/dcgmi-diag-{event.id}.json", str(event.details["output"]))
+        for event in events
+        if isinstance(event.details.get("output"), str)
+    }
     diagnostics = [
-        event.model_dump(mode="json")
+        _dumped(event, outputs)
         for event in events
         if "diag" in event.kind or event.details.get("action") == "diag"
     ]
     actions = [
-        {**event.model_dump(mode="json"), "by": _who(event)}
+        {**_dumped(event, outputs), "by": _who(event)}
         for event in events
         if event.kind.startswith(_ACTION_KINDS) and _concerns(event, uuid)
     ]
@@ -214,17 +208,36 @@ def build_evidence(
             ]
         ),
     }
+    recent = [sample.model_dump(mode="json") for sample in detail.recent_readings]
     for item in mine:
         at_release = {k: v for k, v in _readings_at(item, "incident_closed").items() if k in chosen}
+        during = _samples_at(item, "incident_closed", "readings_during")
+        if item.ended_at is None:  # still open: the ring's samples since it opened
+            during = [sample for sample in recent if sample["incident_id"] == item.id]
+        # after the release: the samples its history kept, else those the node's ring still holds
+        after = [
+            {"at": event.at.isoformat(), "incident_id": None, "readings": event.details.get("readings") or {}}
+            for event in item.timeline
+            if event.kind == _READINGS_AFTER
+        ] or [
+            sample
+            for sample in recent
+            if item.ended_at is not None and datetime.fromisoformat(sample["at"]) > item.ended_at
+        ]
         files[f"incidents/{item.id}.json"] = _json(
             {
                 **item.model_dump(mode="json"),
+                "readings_before": _only(_samples_at(item, "incident_opened", "readings_before"), chosen),
                 "readings_at_open": readings_at_open[item.id],
+                "readings_during": _only(during, chosen),
                 "readings_at_release": at_release,
+                "readings_after_release": _only(after, chosen),
             }
         )
     for number, raw in enumerate(raw_diags, start=1):
         files[f"diagnostics/raw-{number}.json"] = _json(json.loads(raw))
+    for name, output in outputs.values():
+        files[name] = redact_text(output).encode()  # as dcgmi printed it (its last 64 KiB)
     summary = _summary(
         detail,
         identity=identity,
@@ -245,6 +258,32 @@ def _readings_at(incident: IncidentDetail, kind: str) -> dict[str, Any]:
             found = event.details.get("readings")
             return found if isinstance(found, dict) else {}
     return {}
+
+
+def _dumped(event: Event, outputs: dict[int, tuple[str, str]]) -> dict[str, Any]:
+    """The history line, its raw diagnostic output replaced by the name of the file that holds it."""
+    dumped = event.model_dump(mode="json")
+    if event.id in outputs:
+        details = {key: value for key, value in dumped["details"].items() if key != "output"}
+        dumped["details"] = details | {"output_file": outputs[event.id][0]}
+    return dumped
+
+
+def _samples_at(incident: IncidentDetail, kind: str, key: str) -> list[dict[str, Any]]:
+    """The ring's samples the history kept with the incident's opening or closing (``kind``)."""
+    for event in incident.timeline:
+        if event.kind == kind:
+            found = event.details.get(key)
+            return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+    return []
+
+
+def _only(samples: list[dict[str, Any]], chosen: set[str]) -> list[dict[str, Any]]:
+    """Each sample with the chosen GPUs' readings only."""
+    return [
+        {**item, "readings": {k: v for k, v in (item.get("readings") or {}).items() if k in chosen}}
+        for item in samples
+    ]
 
 
 def _who(event: Event) -> str:
@@ -298,8 +337,9 @@ def _summary(
     for key, values in memory["now"].items():
         shown = ", ".join(f"{name} {value}" for name, value in values.items()) or "not reported"
         lines.append(f"Memory now ({key}): {shown}")
+    raw = sum(1 for item in diagnostics if "output_file" in item["details"])
     lines.append(
-        f"Diagnostic lines in the history: {len(diagnostics)} "
+        f"Diagnostic lines in the history: {len(diagnostics)}, {raw} with dcgmi's raw output "
         "(diagnostics.json; raw outputs under diagnostics/)"
     )
     lines.append(f"Actions taken or requested: {len(actions)} (actions.json, each with who)")

@@ -28,6 +28,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, NoReturn
 
@@ -49,6 +50,13 @@ from sim.fakes.structs import (
 )
 
 _FAKE_NODE_NUMBERS = itertools.count()  # only to tell apart fakes built without a seed
+# NVML's NVLink error counter -> the FakeLink field it reads (looked up, not rebuilt, on each call)
+_NVLINK_COUNTERS: dict[int, Callable[[FakeLink], int]] = {
+    nvml.NVML_NVLINK_ERROR_DL_REPLAY: lambda link: link.replay,
+    nvml.NVML_NVLINK_ERROR_DL_RECOVERY: lambda link: link.recovery,
+    nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: lambda link: link.crc_flit,
+    nvml.NVML_NVLINK_ERROR_DL_CRC_DATA: lambda link: link.crc_data,
+}
 
 XID_FELL_OFF_THE_BUS: Final[int] = 79
 XID_RECOVERY_ACTION_CHANGED: Final[int] = 154
@@ -378,15 +386,10 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkErrorCounter(self, device: object, link: int, counter: int) -> int:
         with self._lock:
             state = self._link(self._device(device, "nvmlDeviceGetNvLinkErrorCounter"), link)
-            counters = {
-                nvml.NVML_NVLINK_ERROR_DL_REPLAY: state.replay,
-                nvml.NVML_NVLINK_ERROR_DL_RECOVERY: state.recovery,
-                nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: state.crc_flit,
-                nvml.NVML_NVLINK_ERROR_DL_CRC_DATA: state.crc_data,
-            }
-            if counter not in counters:
+            read = _NVLINK_COUNTERS.get(counter)
+            if read is None:
                 _raise(nvml.NVML_ERROR_INVALID_ARGUMENT)
-            return counters[counter]
+            return read(state)
 
     @staticmethod
     def _link(gpu: FakeGpu, link: int) -> FakeLink:

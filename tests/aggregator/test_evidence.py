@@ -24,6 +24,13 @@ DIAG_OUTPUT = {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardwar
     {"name": "Memory", "results": [{"gpu_id": "3", "status": "Fail", "warnings": [{"warning": "DBE"}]}]}]}]}}  # fmt: skip
 
 
+# What an agent sends with a diagnostic's result: dcgmi's raw output (here with a credential in it, as a
+# misconfigured plugin might print, which neither the agent's copy nor the archive may keep).
+AGENT_DIAG_OUTPUT = json.dumps(
+    {**DIAG_OUTPUT, "host": {"password": "hunter2-very-secret"}, "note": "Bearer zyxwvutsrq9876543210"}
+)
+
+
 class _ApiClient:
     """The CLI's client calls, answered by the in-process app."""
 
@@ -89,10 +96,13 @@ def _history(client: Any, clock: ManualClock) -> str:
     )
     at = clock.now().isoformat()
     send(3, "unhealthy", incident="inc-79", actions=[
-        {"at": at, "action": "diag", "result": "failed", "message": "dcgmi diag -r 2: Memory failed on GPU 3"},
+        {"at": at, "action": "diag", "result": "failed", "message": "dcgmi diag -r 2: Memory failed on GPU 3",
+         "output": AGENT_DIAG_OUTPUT},
         {"at": at, "action": "reboot", "result": "ok", "message": f"reboot requested with {SECRET_IN_A_MESSAGE}"},
     ])  # fmt: skip
     send(4, "healthy", actions=[{"at": clock.now().isoformat(), "action": "release", "result": "ok"}])
+    clock.advance(300)  # the next sample of the node's readings ring: after the release
+    send(5, "healthy")
     return str(uuid)
 
 
@@ -137,10 +147,23 @@ def test_the_archive_holds_what_a_vendor_asks_for_and_no_secret(
     diagnostics = json.loads(members["diagnostics.json"])
     assert any("Memory failed on GPU 3" in d["message"] for d in diagnostics)
     assert json.loads(members["diagnostics/raw-1.json"]) == DIAG_OUTPUT
+    # The agent's own raw dcgmi output came with its result, through the aggregator, redacted.
+    [sent] = [d for d in diagnostics if d["details"].get("output_file")]
+    raw = json.loads(members[sent["details"]["output_file"]])
+    assert raw["DCGM GPU Diagnostic"] == DIAG_OUTPUT["DCGM GPU Diagnostic"]
+    assert raw["host"]["password"] == "[redacted]"
+    assert "Diagnostic lines in the history: " in summary and "1 with dcgmi's raw output" in summary
+    # The readings around the incident: before it (the ring), at its opening, during, at release, after.
+    assert [list(item["readings"]) for item in incident["readings_before"]] == [[uuid]]
+    assert incident["readings_before"][0]["incident_id"] is None  # sampled before it opened
+    assert [item["incident_id"] for item in incident["readings_during"]] == ["inc-79"]
+    assert [list(item["readings"]) for item in incident["readings_after_release"]] == [[uuid]]
+    assert incident["readings_after_release"][0]["incident_id"] is None
 
     everything = b"".join(members.values())
     assert TOKEN.encode() not in everything
     assert b"abcdefghijklmnop0123456789" not in everything
+    assert b"hunter2-very-secret" not in everything and b"zyxwvutsrq9876543210" not in everything
     assert b"[redacted]" in everything
 
 

@@ -123,11 +123,12 @@ def _signal_group(process: subprocess.Popen[str], number: signal.Signals) -> Non
 
 @dataclass(frozen=True, slots=True)
 class DiagRun:
-    """One on-demand diagnostic: its level, the parsed result, and how long it took."""
+    """One on-demand diagnostic: its level, the parsed result, how long it took, and what dcgmi printed."""
 
     level: int
     result: DiagResult
     seconds: float
+    output: str = ""  # dcgmi's raw output, whole (the runner sends its redacted tail)
 
     @property
     def passed(self) -> bool:
@@ -199,8 +200,14 @@ def run_diag(
         raise ValueError(f"diag level must be one of {DIAG_LEVELS}, got {level}")
     started = time.monotonic()
     args = ["diag", "-r", str(level), "-j"]
-    result = _parsed(parse_diag, args, path=path, timeout_s=timeout_s, host=host, processes=processes)
-    return DiagRun(level=level, result=result, seconds=time.monotonic() - started)
+    raw: list[str] = []
+
+    def parse(output: str) -> DiagResult:
+        raw.append(output)
+        return parse_diag(output)
+
+    result = _parsed(parse, args, path=path, timeout_s=timeout_s, host=host, processes=processes)
+    return DiagRun(level=level, result=result, seconds=time.monotonic() - started, output=raw[0])
 
 
 class DcgmiHealthSource:

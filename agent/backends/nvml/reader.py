@@ -93,7 +93,7 @@ class _FunctionMissing(Exception):
     """The binding or the driver lacks this function; a caller may fall back to an older one."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every NVML call (about 800 a node read), frozen costs more
 class _Answer:
     value: Any = None
     code: int | None = None  # None when NVML answered with a value

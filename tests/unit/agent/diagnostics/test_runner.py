@@ -3,6 +3,7 @@ process (a fake executable printing recorded DCGM output), a real state machine 
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 from datetime import timedelta
@@ -18,6 +19,7 @@ from agent.diagnostics.runner import DiagnosticsRunner, spread_s
 from agent.diagnostics.settings import DiagnosticsSettings
 from agent.diagnostics.state import DiagnosticsState, DiagnosticsStore, RunningDiag
 from agent.state.machine import AgentState, DebounceConfig, HealthStateMachine
+from core.aggregator_api import DIAG_OUTPUT_MAX_BYTES
 from core.clock import ManualClock
 from core.findings import Status, Verdict
 from core.health import NodeHealth, NodeState
@@ -310,3 +312,30 @@ def test_unreadable_diagnostics_file_is_a_fresh_start(tmp_path: Path, garbage: b
         DiagnosticsState(running=RunningDiag(level=1, started_at=ManualClock().now(), requested_by="x"))
     )
     assert DiagnosticsStore(path).load().running is not None
+
+
+def test_the_result_carries_dcgmis_raw_output_redacted_and_bounded(tmp_path: Path) -> None:
+    """The evidence for a hardware return: what dcgmi printed goes with the result, its last 64 KiB (the
+    results come last), a secret-looking value in it redacted."""
+    document = json.loads((FIXTURES / "diag-4.2.3-r2-memory-fail.json").read_text())
+    document["host_engine"] = {"password": "hunter2-s3cret"}
+    printed = "x" * (DIAG_OUTPUT_MAX_BYTES + 5000) + "\n" + json.dumps(document, indent=2)
+    fixture = tmp_path / "diag-memory-fail-long.json"
+    fixture.write_text(printed)
+    script = tmp_path / "dcgmi"
+    script.write_text(FAKE_DCGMI.format(python=sys.executable, fixture=str(fixture)))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    rig = Rig(tmp_path, dcgmi=str(script), settings=DiagnosticsSettings())
+    rig.tick()
+    rig.runner.request(DiagOrder(level=2, requested_by="alice", force=True, request_id=9))
+    rig.tick()
+    rig.finish()
+    started, finished = rig.runner.news()
+    assert started.output is None  # only a result carries output
+    assert finished.result == "failed" and finished.output is not None
+    assert len(finished.output.encode()) == DIAG_OUTPUT_MAX_BYTES  # the tail, not the whole
+    assert finished.output.endswith(printed[-1000:].replace('"hunter2-s3cret"', '"[redacted]"')[-200:])
+    assert "hunter2-s3cret" not in finished.output and '"password": "[redacted]"' in finished.output
+    assert json.loads(finished.output[finished.output.index("{") :])["host_engine"] == {
+        "password": "[redacted]"
+    }
