@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Table, select, update
+from sqlalchemy import Connection, Table, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from aggregator.store.tables import events
@@ -52,18 +52,24 @@ def record_event(
     }
     if repeatable and node is not None and _counted_as_repeat(conn, values):
         return
-    conn.execute(events.insert().values(**values))
+    conn.execute(_INSERT_EVENT, values)
+
+
+# Built once, with their values bound at execution: a burst's reports write several rows each, and building
+# the statement per row (operators, bind parameters, its cache key) was most of the cost of a row.
+_INSERT_EVENT = events.insert()
+_LAST_OF_KIND = (
+    select(events.c.id, events.c.at, events.c.message, events.c.incident_id, events.c.details)
+    .where(events.c.node == bindparam("last_node"), events.c.kind == bindparam("last_kind"))
+    .order_by(events.c.at.desc(), events.c.id.desc())
+    .limit(1)
+)
 
 
 def _counted_as_repeat(conn: Connection, values: dict[str, Any]) -> bool:
     """Whether the line in ``values`` repeats its node's last line of its kind (and was counted there)."""
     at: datetime = values["at"]
-    last = conn.execute(
-        select(events.c.id, events.c.at, events.c.message, events.c.incident_id, events.c.details)
-        .where(events.c.node == values["node"], events.c.kind == values["kind"])
-        .order_by(events.c.at.desc(), events.c.id.desc())
-        .limit(1)
-    ).first()
+    last = conn.execute(_LAST_OF_KIND, {"last_node": values["node"], "last_kind": values["kind"]}).first()
     if last is None or last.message != values["message"] or last.incident_id != values["incident_id"]:
         return False
     stored = dict(last.details or {})
