@@ -488,7 +488,7 @@ class Agent:
             self._log.exception("tick_failed")
 
     def _wait_for_next(self, stop: threading.Event) -> None:
-        due = self.clock.monotonic() + self._next_wait()
+        due = self.clock.monotonic() + self.next_wait_s()
         while not (stop.is_set() or self._stop.is_set()):
             remaining = due - self.clock.monotonic()
             if remaining <= 0:
@@ -496,7 +496,7 @@ class Agent:
             if self._waiter(self.parts.wake, min(remaining, STOP_CHECK_S)):
                 return
 
-    def _next_wait(self) -> float:
+    def next_wait_s(self) -> float:
         """The polling interval, or less when a permit may be granted sooner (the aggregator said when)."""
         gate = self.parts.permits
         soon = gate.wake_in() if gate is not None else None

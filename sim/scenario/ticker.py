@@ -5,8 +5,10 @@ every agent a loop thread, a report-sender thread and a node-change relay thread
 at a thousand agents in one process that is thousands of threads fighting for one interpreter lock, and
 start-up crawls. Here one scheduler thread finds the agents whose interval is due or whose wake event is
 set (an XID arrived: the NVML event thread still sets it at once), and a small pool runs their passes and
-delivers their reports right after. What is lost against ``Agent.run``: a change made by someone else to
-the node wakes no pass early; the next pass on the interval sees it.
+delivers their reports right after; a pass comes sooner than the interval when the agent asks for it (a
+permit the aggregator said to ask for again in a few seconds), as ``Agent.run`` waits. What is lost against
+``Agent.run``: a change made by someone else to the node wakes no pass early; the next pass on the
+interval sees it.
 """
 
 from __future__ import annotations
@@ -112,5 +114,9 @@ class AgentTicker:
             log.exception("pooled_tick_failed", node=agent.node)
         finally:
             with self._lock:
+                # As ``Agent.run`` waits: the interval, or less when the aggregator said when a permit may
+                # be granted (a node's first permit waits out the settle time, 15 s, not the interval).
+                soon = self._monotonic() + agent.next_wait_s()
+                self._due[index] = min(self._due[index], soon)
                 self._busy.discard(index)
             slots.release()

@@ -500,10 +500,10 @@ def test_a_settling_node_is_told_when_to_ask_again_and_the_loop_wakes_then(
         assert gate is not None
         assert gate.acquire("drain", incident.id) is None
         assert gate.wake_in() == pytest.approx(15.0, abs=0.5)
-        assert agent._next_wait() == pytest.approx(15.0, abs=0.5)  # not the 60 s retry, not the interval
+        assert agent.next_wait_s() == pytest.approx(15.0, abs=0.5)  # not the 60 s retry, not the interval
         clock.advance(15.5)
         assert gate.wake_in() is None
-        assert agent._next_wait() == agent.interval_s
+        assert agent.next_wait_s() == agent.interval_s
         assert gate.acquire("drain", incident.id) is not None
     finally:
         agent.close()
