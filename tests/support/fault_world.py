@@ -58,7 +58,9 @@ MOMENTS = (
     "mid-recovery",
 )
 FAST_DRAIN = {"poll_interval_s": 0.1, "retry_initial_s": 0.1, "retry_max_s": 0.5, "pod_timeout_s": 20.0}
-PERMIT_SETTLE_S = 15.0  # the product's default: a first permit waits this long after the node turned bad
+# The product's default: a first permit waits this long after the node turned bad. The suite's first soak
+# ran before the settle existed: GPUHEALTH_FAULT_SETTLE_S=0 replays its runs as they were.
+PERMIT_SETTLE_S = float(os.environ.get("GPUHEALTH_FAULT_SETTLE_S", "15") or 15)
 # How long a trial waits for its moment: the drain's moments come only after the permit's settle wait, so
 # a shorter wait (it was 10 s) never reached them and put the fault in the settle wait instead.
 REACH_TIMEOUT_S = PERMIT_SETTLE_S + 25.0
