@@ -116,7 +116,7 @@ class Remediator:
     def _start_new(self, now: datetime) -> int:
         if not self._running:
             with self._db.read() as conn:  # an idle fleet's pass costs one read, never the write lock
-                if not drains.any_open(conn):
+                if not drains.any_open(conn, now):
                     return 0
         room = self._settings.max_drains - len(self._running)
         with self._db.write() as conn:

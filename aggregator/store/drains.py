@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select, update
 
 from aggregator.store.tables import drains, permits
-from core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem, DrainPhase
+from core.aggregator_api import OPEN_DRAIN_PHASES, CentralDrain, DrainNewsItem
 
 MAX_NEWS = 50  # a drain reports a handful of lines (started, outcome, requeue): more is a bug, not history
 
@@ -88,16 +88,25 @@ def latest_of(conn: Connection, node: str) -> CentralDrain | None:
     return _model(row) if row is not None else None
 
 
-def any_open(conn: Connection) -> bool:
-    """Whether any drain waits for a remediator or runs."""
-    return (
-        conn.execute(select(drains.c.permit_id).where(drains.c.phase.in_(OPEN_DRAIN_PHASES)).limit(1)).first()
-        is not None
+def _unfinished() -> Any:
+    """A drain not finished: ordered, running, or ended with its requeue not ended yet (the phase says the
+    drain's outcome as soon as it is known; ``finished_at`` is written once the requeue after it ended too).
+    A remediator that died between the two left such a drain: it is taken again, so its requeue finishes."""
+    return or_(drains.c.phase.in_(OPEN_DRAIN_PHASES), drains.c.finished_at.is_(None))
+
+
+def any_open(conn: Connection, now: datetime) -> bool:
+    """Whether a drain waits for a remediator or runs, or (under an active permit) has its requeue to end."""
+    active = select(permits.c.id).where(permits.c.released_at.is_(None), permits.c.expires_at > now)
+    waiting = or_(
+        drains.c.phase.in_(OPEN_DRAIN_PHASES),
+        and_(drains.c.finished_at.is_(None), drains.c.permit_id.in_(active)),
     )
+    return conn.execute(select(drains.c.permit_id).where(waiting).limit(1)).first() is not None
 
 
 def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit: int) -> list[Claimed]:
-    """Take up to ``limit`` open drains that no other remediator holds (never held, held by ``owner``
+    """Take up to ``limit`` unfinished drains that no other remediator holds (never held, held by ``owner``
     before a restart, or whose lease lapsed), each only while its permit is active for its node and
     incident. Open drains whose permit is gone before they ran fail here, and are never started."""
     _fail_orphans(conn, now)
@@ -105,7 +114,7 @@ def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit:
     rows = conn.execute(
         select(drains)
         .join(permits, permits.c.id == drains.c.permit_id)
-        .where(drains.c.phase.in_(OPEN_DRAIN_PHASES), free, _permit_matches(now))
+        .where(_unfinished(), free, _permit_matches(now))
         .order_by(drains.c.requested_at)
         .limit(limit)
     ).all()
@@ -114,11 +123,11 @@ def claim(conn: Connection, owner: str, lease_s: float, now: datetime, *, limit:
     for row in rows:
         won = conn.execute(
             update(drains)
-            .where(drains.c.permit_id == row.permit_id, drains.c.phase.in_(OPEN_DRAIN_PHASES), free)
+            .where(drains.c.permit_id == row.permit_id, _unfinished(), free)
             .values(owner=owner, lease_until=until, updated_at=now)
         ).rowcount
         if won == 1:  # another remediator may have taken it between the read and the update
-            resumed = row.phase == DrainPhase.RUNNING
+            resumed = row.phase != "requested"
             taken.append(Claimed(row.permit_id, row.node, row.incident_id, row.deadline_s, resumed))
     return taken
 

@@ -53,6 +53,12 @@ class ScriptedDrain:
         assert timeout_s >= 0
         return self.ended
 
+    def drained(self) -> None:
+        """The drain ended; its requeue (the JobSet's suspend toggle, say) still runs."""
+        assert self.state is not None
+        self.state.phase = DrainPhase.COMPLETE
+        self.news.append(DrainUpdate(self.state.incident_id, ok=True, detail="drain complete in 1.0 s"))
+
     def finish(self) -> None:
         assert self.state is not None
         self.state.phase = DrainPhase.COMPLETE
@@ -181,6 +187,33 @@ def test_a_restarted_remediator_resumes_its_own_drain_at_once(
     restarted_drains.built[0].finish()
     restarted.run_once()
     assert drain_record(api, permit_id)["phase"] == "complete"
+
+
+def test_a_drain_whose_requeue_had_not_ended_is_resumed_after_a_restart(
+    database: Database, make_client: MakeClient, clock: ManualClock
+) -> None:
+    """The remediator died after its drain wrote ``complete`` and before the requeue that follows it ended
+    (a JobSet left suspended half-way through the toggle, found by the fault suite): the restarted one
+    takes the drain again, so the requeue is finished, and only then is the drain finished. Before, only
+    ``requested`` and ``running`` drains were taken, and the job stayed suspended for good."""
+    api, permit_id = ordered_drain(make_client)
+    first_drains = Drains()
+    first = remediator(database, clock, "remediator-a", first_drains)
+    assert first.run_once() == 1
+    first_drains.built[0].drained()
+    first.run_once()
+    record = drain_record(api, permit_id)
+    assert (record["phase"], record["finished_at"]) == ("complete", None)
+
+    restarted_drains = Drains()
+    restarted = remediator(database, clock, "remediator-a", restarted_drains)
+    assert restarted.run_once() == 1
+    assert drain_record(api, permit_id)["detail"] == "drain resumed by remediator remediator-a"
+    restarted_drains.built[0].finish()
+    restarted.run_once()
+    record = drain_record(api, permit_id)
+    assert record["phase"] == "complete" and record["finished_at"] is not None
+    assert restarted.run_once() == 0  # finished: never taken again
 
 
 def test_an_order_whose_permit_lapsed_before_it_ran_fails_and_is_never_started(

@@ -57,7 +57,9 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
-    """An empty database on the suite's PostgreSQL server, dropped afterwards."""
+    """An empty database on the suite's PostgreSQL server, dropped afterwards. Request it before
+    ``make_world`` so that the world's aggregators end before their database goes (else they log a storm of
+    errors at teardown and take seconds to stop)."""
     url = postgres_server.new_database()
     yield url
     postgres_server.drop_database(url)
@@ -104,7 +106,8 @@ def make_disk() -> Iterator[MakeDisk]:
 
 @pytest.fixture
 def postgres_pair() -> Iterator[PostgresPair]:
-    """A PostgreSQL primary and its synchronous streaming standby; fails in CI without the binaries."""
+    """A PostgreSQL primary and its synchronous streaming standby; fails in CI without the binaries.
+    Request it before ``make_world``, as ``postgres_url``."""
     try:
         pair = PostgresPair()
     except PostgresUnavailable as exc:

@@ -13,6 +13,10 @@ from fault_world import FaultWorld
 
 from tests.faults.conftest import MakeWorld
 
+# A trial waits for its moment (up to REACH_TIMEOUT_S), then for the steady state (60 to 90 s) and the
+# history: more than the suite's default per-test timeout when a trial goes wrong.
+pytestmark = pytest.mark.timeout(300)
+
 STEADY_WITHIN_S = 60.0
 MOMENTS = ("before-taint", "tainted", "drain-ordered", "mid-drain", "mid-alert")
 STEPS_S = (-3600.0, -600.0, 600.0, 3600.0)
@@ -24,7 +28,7 @@ def step_once(world: FaultWorld, run: Trials, who: str) -> None:
     bad = str(world.running()[0]["spec"]["nodeName"])
     world.start_agents([bad])
     world.start_agents([n for n in world.names if n != bad])
-    wanted = run.rng.choice(MOMENTS)
+    wanted = run.moment(MOMENTS)
     step = run.rng.choice(STEPS_S)
     target = bad if who == "node" else "aggregator"
     if wanted == "before-taint":

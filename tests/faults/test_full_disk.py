@@ -16,12 +16,16 @@ from tmpfs import TmpfsDisk
 
 from tests.faults.conftest import MakeDisk, MakeWorld
 
+# A trial waits for its moment (up to REACH_TIMEOUT_S), then for the steady state (60 to 90 s) and the
+# history: more than the suite's default per-test timeout when a trial goes wrong.
+pytestmark = pytest.mark.timeout(300)
+
 STEADY_WITHIN_S = 90.0
 MOMENTS = ("before-taint", "tainted", "drain-ordered", "mid-drain", "mid-alert")
 
 
 def full_once(world: FaultWorld, run: Trials, disk: TmpfsDisk, *, bad: str) -> None:
-    wanted = run.rng.choice(MOMENTS)
+    wanted = run.moment(MOMENTS)
     hold_s = run.rng.uniform(2.0, 5.0)
     if wanted == "before-taint":
         disk.fill()

@@ -19,6 +19,10 @@ from pg_pair import PostgresPair
 
 from tests.faults.conftest import MakeWorld
 
+# A trial waits for its moment (up to REACH_TIMEOUT_S), then for the steady state (60 to 90 s) and the
+# history: more than the suite's default per-test timeout when a trial goes wrong.
+pytestmark = pytest.mark.timeout(300)
+
 STEADY_WITHIN_S = 60.0
 JITTER_S = 0.05
 
@@ -35,7 +39,7 @@ def incident(world: FaultWorld) -> tuple[str, AgentHost]:
 
 def kill_once(world: FaultWorld, run: Trials, target: str) -> None:
     bad, host = incident(world)
-    wanted = run.rng.choice(MOMENTS)
+    wanted = run.moment(MOMENTS)
     jitter = run.rng.uniform(0, JITTER_S)
     world.break_node(bad)
     moment = world.reach(bad, wanted)
@@ -62,7 +66,7 @@ def test_sigkill_of_the_aggregator_and_its_remediator_on_sqlite(
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(trials(1)))
 def test_sigkill_of_the_aggregator_and_its_remediator_on_postgresql(
-    make_world: MakeWorld, trials_of: Callable[[str], Trials], postgres_url: str, trial: int
+    postgres_url: str, make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
     kill_once(make_world(database_url=postgres_url), trials_of("sigkill-aggregator-postgresql"), "aggregator")
 
@@ -78,7 +82,7 @@ def test_sigkill_of_the_broken_nodes_agent(
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(trials(1)))
 def test_sigkill_of_one_of_two_aggregator_replicas_on_postgresql(
-    make_world: MakeWorld, trials_of: Callable[[str], Trials], postgres_url: str, trial: int
+    postgres_url: str, make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
     """Two aggregators on one PostgreSQL, each with its central remediator; the agents report to the
     second. The first is killed at a seeded random moment and stays down: whatever it held (a drain's lease,
@@ -91,7 +95,7 @@ def test_sigkill_of_one_of_two_aggregator_replicas_on_postgresql(
     bad = str(world.running()[0]["spec"]["nodeName"])
     world.start_agents([bad], aggregator_url=survivor.url)
     world.start_agents([n for n in world.names if n != bad], aggregator_url=survivor.url)
-    wanted = run.rng.choice(MOMENTS)
+    wanted = run.moment(MOMENTS)
     world.break_node(bad)
     moment = world.reach(bad, wanted)
     owner = world.drain_owner(bad)
@@ -109,7 +113,7 @@ def test_sigkill_of_one_of_two_aggregator_replicas_on_postgresql(
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("trial", range(trials(1)))
 def test_postgresql_primary_failover_under_two_aggregator_replicas(
-    make_world: MakeWorld, trials_of: Callable[[str], Trials], postgres_pair: PostgresPair, trial: int
+    postgres_pair: PostgresPair, make_world: MakeWorld, trials_of: Callable[[str], Trials], trial: int
 ) -> None:
     """A PostgreSQL primary with a synchronous streaming standby, two aggregators in front (the agents report
     to the second): the primary dies at a seeded random moment of an incident and the standby is promoted.
@@ -122,7 +126,7 @@ def test_postgresql_primary_failover_under_two_aggregator_replicas(
     bad = str(world.running()[0]["spec"]["nodeName"])
     world.start_agents([bad], aggregator_url=second.url)
     world.start_agents([n for n in world.names if n != bad], aggregator_url=second.url)
-    wanted = run.rng.choice(MOMENTS)
+    wanted = run.moment(MOMENTS)
     world.break_node(bad)
     moment = world.reach(bad, wanted)
     postgres_pair.fail_over()

@@ -3,7 +3,9 @@
 ``GPUHEALTH_FAULT_SOAK=N`` runs every fault N times (the soak, by hand); unset, each fault runs its CI
 trials. ``GPUHEALTH_FAULT_SEED`` replays a run: the seed is printed with every trial's moment.
 ``GPUHEALTH_FAULT_TALLY=FILE`` appends one JSON line per trial (fault, moment, recovery, invariants held),
-the figures of docs/reliability.md.
+the figures of docs/reliability.md. ``GPUHEALTH_FAULT_MOMENT=M`` puts every trial whose fault can be injected
+at moment ``M`` there (the draw is still made, so the rest of a replayed trial is the same): to replay or
+soak one moment of an incident.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import random
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from fault_world import FaultWorld
 SOAK = int(os.environ.get("GPUHEALTH_FAULT_SOAK", "0") or 0)
 SEED = int(os.environ.get("GPUHEALTH_FAULT_SEED", "0") or 0) or random.SystemRandom().randrange(1, 2**31)
 TALLY = os.environ.get("GPUHEALTH_FAULT_TALLY")  # a JSON-lines file every trial is appended to
+MOMENT = os.environ.get("GPUHEALTH_FAULT_MOMENT") or None  # every trial at this moment, where it can be
 
 
 def trials(ci: int) -> int:
@@ -38,6 +41,12 @@ class Trials:
     rng: random.Random
     seed: int
     recoveries: list[float] = field(default_factory=list)
+
+    def moment(self, choices: Sequence[str]) -> str:
+        """The moment of the incident to inject the fault at: drawn from ``choices``, or ``MOMENT`` when set
+        and one of them (the draw is made all the same, so what the trial draws next does not change)."""
+        drawn = self.rng.choice(choices)
+        return MOMENT if MOMENT is not None and MOMENT in choices else drawn
 
     def record(
         self,
@@ -64,12 +73,15 @@ class Trials:
             "held": held(violations),
             "at": time.time(),
         }
+        if steady_at is None:  # what still kept the fleet from its steady state when the wait ended
+            line["unsteady"] = world.last_unsteady
         print(json.dumps(line))
         if TALLY:
             with Path(TALLY).open("a", encoding="utf-8") as sink:
                 sink.write(json.dumps(line) + "\n")
-        why = f" (not steady: {world.last_unsteady})" if steady_at is None else ""
-        assert not violations, f"seed {self.seed}, {moment}: " + "; ".join(map(str, violations)) + why
+        why = f" (not steady: {world.last_unsteady}; logs in {world.root})" if steady_at is None else ""
+        replay = f"seed {self.seed} (GPUHEALTH_FAULT_SEED={SEED} replays the run), {moment}: "
+        assert not violations, replay + "; ".join(map(str, violations)) + why
 
 
 def seeded(test_name: str, fault: str) -> Trials:

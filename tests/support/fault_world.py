@@ -58,6 +58,12 @@ MOMENTS = (
     "mid-recovery",
 )
 FAST_DRAIN = {"poll_interval_s": 0.1, "retry_initial_s": 0.1, "retry_max_s": 0.5, "pod_timeout_s": 20.0}
+# The product's default: a first permit waits this long after the node turned bad. The suite's first soak
+# ran before the settle existed: GPUHEALTH_FAULT_SETTLE_S=0 replays its runs as they were.
+PERMIT_SETTLE_S = float(os.environ.get("GPUHEALTH_FAULT_SETTLE_S", "15") or 15)
+# How long a trial waits for its moment: the drain's moments come only after the permit's settle wait, so
+# a shorter wait (it was 10 s) never reached them and put the fault in the settle wait instead.
+REACH_TIMEOUT_S = PERMIT_SETTLE_S + 25.0
 
 
 class AlertLog:
@@ -364,6 +370,7 @@ class FaultWorld:
         self.database_url = database_url or f"sqlite:///{root / 'aggregator.db'}"
         settings = {
             "budget_min_nodes": 2,
+            "permit_settle_s": PERMIT_SETTLE_S,
             "report_interval_s": 1.0,
             "alert_poll_s": 0.2,
             "alert_sinks": [
@@ -530,9 +537,11 @@ class FaultWorld:
             self._polling = create_engine(self.database_url)
         return self._polling
 
-    def reach(self, node: str, moment: str, timeout_s: float = 10.0) -> str:
+    def reach(self, node: str, moment: str, timeout_s: float = REACH_TIMEOUT_S) -> str:
         """Wait until ``node``'s incident reaches ``moment`` (one of :data:`MOMENTS`); returns the moment, or
-        ``late:<moment>`` when it went past it unseen (the trial then still counts, at a later moment)."""
+        ``late:<moment>`` when it went past it unseen (the trial then still counts, at a later moment), or
+        ``timeout:<moment>`` when neither happened within ``timeout_s`` (the fault then lands wherever the
+        incident is: the tally says so)."""
         reached: Callable[[], bool] = {
             "before-taint": lambda: True,
             "tainted": lambda: self.recorder.tainted(node),
