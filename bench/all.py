@@ -199,8 +199,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "demo_fleet",
         "The whole demo on 1,000 nodes",
         "`gpuhealth demo --nodes 1000 --headless --json` in a child process: emulated Kubernetes API, "
-        "aggregator, 1,000 real agents on fake GPUs in agent host processes (500 each, as many as there "
-        "are cores), then the default scenario played `time_scale` times slower (the fleet polls less "
+        "aggregator in a process of its own, 1,000 real agents on fake GPUs in agent host processes (500 "
+        "each), then the default scenario played `time_scale` times slower (the fleet polls less "
         "often); a burst on a quarter of the fleet must be tainted and trip the breaker with no mass drain. "
         "Wall time, the child's peak RSS, start-up and timeline seconds, fault-to-taint latencies "
         "(250 of the 252 samples are the burst), pass/fail.",
