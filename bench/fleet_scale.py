@@ -70,6 +70,9 @@ HEARTBEAT_S = 60.0
 SPACING_S = 0.2
 TAINT_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 180.0
+# A node of the drain phase must still be unhealthy when its first permit is asked again after the
+# aggregator's settle wait (15 s by default): with no dwell its next clean pass would end the incident first.
+DRAIN_DWELL_S = 30.0
 XID_79 = XidFault(xid=79)
 GOALS = {
     "single_p99_s": 0.1,
@@ -228,8 +231,8 @@ def start_agents(  # noqa: PLR0917 - the parts of the stack made before the agen
     sets: dict[str, list[str]],
 ) -> HostedFleet:
     """One agent per node in host processes. The single-fault nodes do not drain (their pods stay where
-    the drains need room); every faulted node recovers at its next clean pass (dwell 0), which ends its
-    incident and returns its permit to the budget."""
+    the drains need room); every faulted node recovers at its next clean pass (dwell 0; a drained node after
+    ``DRAIN_DWELL_S``), which ends its incident and returns its permit to the budget."""
     tokens = identities.write_agent_tokens(workdir / "tokens")
     single = set(sets["single"])
     faulted = single | set(sets["burst"]) | set(sets["drain"])
@@ -244,7 +247,7 @@ def start_agents(  # noqa: PLR0917 - the parts of the stack made before the agen
                 aggregator.url,
                 tokens[name],
                 drain=name not in single,
-                dwell_s=0.0 if name in faulted else 600.0,
+                dwell_s=_dwell_s(name, faulted, drains=set(sets["drain"])),
             ),
         )
         for index, name in enumerate(names)
@@ -362,6 +365,12 @@ def burst_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
         "breaker_trip_s": round(trip[0], 3) if trip else None,
         "drained_nodes": len(drained),
     }
+
+
+def _dwell_s(name: str, faulted: set[str], *, drains: set[str]) -> float:
+    if name in drains:
+        return DRAIN_DWELL_S
+    return 0.0 if name in faulted else 600.0
 
 
 def drain_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
