@@ -7,6 +7,7 @@ sender's part with ``deliver()``, one step at a time."""
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 from collections.abc import Iterator
@@ -192,6 +193,12 @@ def test_failing_diag_opens_an_incident_and_the_node_stays_tainted(
     assert any(
         m.startswith("diag failed: dcgmi diag level 2") and "memory fail" in m for m in diag_entries(oncall)
     )
+    # The evidence for a hardware return: what dcgmi printed came with the result, through the aggregator.
+    [failed] = [
+        e for e in oncall.node(NODE).timeline if e.kind == "action" and e.message.startswith("diag failed")
+    ]
+    printed = (FIXTURES / MEMORY_FAIL).read_text()
+    assert json.loads(failed.details["output"]) == json.loads(printed)
 
 
 def test_busy_node_refuses_the_request_with_the_reason_unless_forced(
