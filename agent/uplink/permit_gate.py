@@ -79,7 +79,14 @@ class PermitGate:
         if self._soon is None or self._held is not None:
             return None
         left = self._soon - self._clock.monotonic()
-        return left if left > 0 else None  # past: the pass at that time asked again (or had no need to)
+        if left > 0:
+            return left
+        # Past, and no pass has asked since (an ask resets or clears it): the aggregator counts the settle
+        # from the report that said the node turned unhealthy, which arrives after the pass's first ask, so
+        # the ask at the said time may be refused once more with a fraction of a second left, a time the
+        # pass's end is already past. Due now, once: a pass that does not ask leaves it cleared.
+        self._soon = None
+        return 0.0
 
     @property
     def held(self) -> Permit | None:

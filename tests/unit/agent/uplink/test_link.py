@@ -502,8 +502,43 @@ def test_a_settling_node_is_told_when_to_ask_again_and_the_loop_wakes_then(
         assert gate.wake_in() == pytest.approx(15.0, abs=0.5)
         assert agent.next_wait_s() == pytest.approx(15.0, abs=0.5)  # not the 60 s retry, not the interval
         clock.advance(15.5)
+        assert gate.wake_in() == 0.0  # the said time passed with no ask since: due now, once
         assert gate.wake_in() is None
         assert agent.next_wait_s() == agent.interval_s
+        assert gate.acquire("drain", incident.id) is not None
+    finally:
+        agent.close()
+        live.stop()
+
+
+def test_an_ask_refused_again_with_a_moment_left_is_made_at_once_not_an_interval_later(
+    tmp_path: Path, clock: ManualClock, nvml: FakeNvml
+) -> None:
+    """The pass asks before its report arrives, so the aggregator's settle counts from a little later than
+    the first ask: the ask at the said time is refused once more with that moment left, which is past by the
+    end of the pass. The loop must wake at once, not a whole interval later (on a fleet of 5,000 nodes every
+    other drain of the benchmark waited out its interval, and a node whose fault had cleared was released
+    before it was ever drained)."""
+    live = LiveAggregator(tmp_path / "aggregator.db", clock, TOKEN, permit_settle_s=15.0).start()
+    agent = make_agent(tmp_path, clock, live.url, nvml, permit_retry_s=60.0)
+    agent.interval_s = 60.0
+    try:
+        agent.tick()
+        link_of(agent).deliver()
+        inject_xid(agent, nvml)
+        clock.advance(1)
+        incident = agent.tick().health.incident
+        assert incident is not None
+        gate = agent.parts.permits
+        assert gate is not None
+        assert gate.acquire("drain", incident.id) is None  # before the report: refused, the whole 15 s
+        assert agent.next_wait_s() == pytest.approx(15.0, abs=0.1)
+        clock.advance(0.4)
+        link_of(agent).deliver()  # the report: the aggregator's settle counts from here
+        clock.advance(14.7)
+        assert gate.acquire("drain", incident.id) is None  # refused again: 0.3 s left
+        clock.advance(0.5)  # the rest of the pass
+        assert agent.next_wait_s() == 0.0
         assert gate.acquire("drain", incident.id) is not None
     finally:
         agent.close()
