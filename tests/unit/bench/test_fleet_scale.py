@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from bench.fleet_scale import Plan, report_p99
+from aggregator.settings import AggregatorSettings
+from bench.fleet_scale import BURST_DWELL_S, DRAIN_DWELL_S, Plan, _dwell_s, report_p99
 from bench.fleet_stack import histogram_quantile
 
 INF = math.inf
@@ -41,3 +42,15 @@ def test_a_phase_reports_its_count_and_p99_in_milliseconds() -> None:
     after = {0.01: 10.0, 0.1: 110.0, INF: 110.0}  # 100 reports, all in (10 ms, 100 ms]
     assert report_p99(before, after) == {"reports": 100, "p99_ms": 99.1}
     assert report_p99(after, after) == {"reports": 0, "p99_ms": None}
+
+
+def test_a_faulted_node_stays_unhealthy_past_the_settle_wait_when_its_phase_needs_it() -> None:
+    """A drain-phase node must still be unhealthy when its permit is asked after the aggregator's settle
+    wait, and a burst node past the breaker's trip on a starved machine: else a node that recovered first
+    would pass for a drain the breaker prevented. Single-fault nodes recover at once; the others never."""
+    settle_s = AggregatorSettings.model_fields["permit_settle_s"].default
+    sets = {"single": ["a"], "burst": ["b"], "drain": ["c"]}
+    assert _dwell_s("c", sets) == DRAIN_DWELL_S > settle_s
+    assert _dwell_s("b", sets) == BURST_DWELL_S > 2 * settle_s
+    assert _dwell_s("a", sets) == 0.0
+    assert _dwell_s("d", sets) == 600.0
