@@ -97,7 +97,8 @@ def test_a_429_storm_is_waited_out_as_retry_after_says_then_applied(gpu_node: Ku
     assert gpu_node.sleep.waits[:3] == [2.0, 2.0, 2.0]
     retried = [step for step in result.report.results if step.attempts > 1]
     assert sum(step.attempts - 1 for step in retried) == 3
-    assert gpu_node.executor.requests_total - requests_before >= len(result.report.results) + 3
+    # one request a step, but the state label and the incident annotation share one merge patch
+    assert gpu_node.executor.requests_total - requests_before >= len(result.report.results) - 1 + 3
 
 
 def test_dry_run_plans_everything_and_leaves_the_node_untouched(gpu_node: KubeGpuNode) -> None:
