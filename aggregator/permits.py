@@ -260,7 +260,13 @@ def _settling_for(
     ).scalar_one()
     if turned is None:
         return None
-    left = settings.permit_settle_s - (now - turned).total_seconds()
+    elapsed = (now - turned).total_seconds()
+    if elapsed < 0:
+        # The aggregator's clock went back past the turn (a clock step): counting from it would refuse the
+        # node's permit for as long as the step (an hour). The node did report itself unhealthy; the budget
+        # still bounds what is taken, so the wait ends here.
+        return None
+    left = settings.permit_settle_s - elapsed
     return left if left > 0 else None
 
 

@@ -227,6 +227,20 @@ def test_a_lone_failure_is_granted_once_settled_and_its_escalation_does_not_wait
     assert again.status_code == 201, again.text
 
 
+def test_a_clock_stepped_back_past_the_turn_does_not_make_the_settle_last_the_step(
+    make_client: MakeClient, clock: ManualClock
+) -> None:
+    """The aggregator's clock steps back an hour after the node turned unhealthy (found by the fault
+    suite): counted from the turn, the settle would refuse the permit for the hour; it ends instead."""
+    client = make_client(permit_settle_s=15)
+    seed(client, 10)
+    client.post("/v1/reports", json=report("node-0", 2, "unhealthy", incident="inc-0"), headers=AUTH)
+    assert ask(client, "node-0", "inc-0").json()["code"] == "settling"
+    clock.advance(-3600)
+    permit = ask(client, "node-0", "inc-0")
+    assert permit.status_code == 201, permit.text
+
+
 def test_a_healthy_node_and_a_zero_settle_time_never_wait(make_client: MakeClient) -> None:
     client = make_client(permit_settle_s=0, budget_max_nodes=2, budget_max_percent=100)
     seed(client, 2)
