@@ -457,6 +457,7 @@ def run(plan: Plan, *, skip_drain: bool = False) -> dict[str, Any]:
             }
         else:
             figures["drain"] = drain_phase(running, sets["drain"])
+            log.info("phase_figures", phase="drain", figures=figures["drain"])
         scrapes.append(running.aggregator.report_histogram())
         figures["aggregator"] = {
             **report_p99(scrapes[0], scrapes[-1]),

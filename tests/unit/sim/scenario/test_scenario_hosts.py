@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.scenario.hosts import NODES_PER_HOST, host_count
+import sim.scenario.hosts as hosts_module
+from sim.scenario.hosts import NODES_PER_HOST, HostedFleet, host_count
 
 
 @pytest.mark.parametrize(("nodes", "hosts"), [(1, 1), (64, 1), (500, 1), (501, 2), (1000, 2), (5000, 10)])
@@ -13,3 +14,53 @@ def test_one_host_per_500_agents_whatever_the_cores(nodes: int, hosts: int) -> N
     left thousands of threads runnable behind one interpreter lock and the host stopped answering."""
     assert host_count(nodes) == hosts
     assert -(-nodes // host_count(nodes)) <= NODES_PER_HOST
+
+
+class _StuckHost:
+    """A host process that never exits on its own (as a starved host of 500 agents can take minutes)."""
+
+    def __init__(self) -> None:
+        self.joined: list[float] = []
+        self.killed = False
+
+    def is_alive(self) -> bool:
+        return not self.killed
+
+    def join(self, timeout: float | None = None) -> None:
+        self.joined.append(0.0 if timeout is None else timeout)
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+class _Pipe:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, ...]] = []
+
+    def send(self, message: tuple[str, ...]) -> None:
+        self.sent.append(message)
+
+    def close(self) -> None:
+        pass
+
+
+def test_stopping_hosts_waits_one_deadline_for_all_not_one_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every host is told to stop first, then all share one wait: ten stuck hosts are killed after one
+    STOP_TIMEOUT_S, not ten (the 5,000-node benchmark took a minute per host to stop)."""
+    clock = [0.0]
+
+    def join(self: _StuckHost, timeout: float | None = None) -> None:
+        self.joined.append(0.0 if timeout is None else timeout)
+        clock[0] += timeout or 0.0  # a join that times out lets its whole timeout pass
+
+    monkeypatch.setattr(_StuckHost, "join", join)
+    monkeypatch.setattr("sim.scenario.hosts.time.monotonic", lambda: clock[0])
+    processes = [_StuckHost() for _ in range(10)]
+    pipes = [_Pipe() for _ in range(10)]
+    fleet = HostedFleet(list(zip(processes, pipes, strict=True)), {})  # type: ignore[arg-type]
+    fleet.stop()
+    assert all(pipe.sent == [("stop",)] for pipe in pipes)
+    assert all(process.killed for process in processes)
+    assert clock[0] <= hosts_module.STOP_TIMEOUT_S
+    assert processes[0].joined[0] == hosts_module.STOP_TIMEOUT_S
+    assert processes[-1].joined[0] == 0.0
