@@ -58,7 +58,7 @@ from core.logging import configure_logging
 from remediation.plan.planner import RemediationPolicy
 from sim.scenario.hosts import HostedFleet, HostedNode, host_count
 from sim.scenario.identities import DemoIdentities
-from sim.scenario.model import AgentKnobs, Fleet, XidFault
+from sim.scenario.model import MAX_FLEET_NODES, AgentKnobs, Fleet, XidFault
 
 FULL_NODES, QUICK_NODES = 1000, 200
 FULL_INJECTIONS, QUICK_INJECTIONS = 200, 50
@@ -105,6 +105,10 @@ class Plan:
 
     @classmethod
     def of(cls, nodes: int, injections: int, drains: int) -> Plan:
+        if nodes > MAX_FLEET_NODES:
+            # Checked before the control plane starts: the fleet's model refuses it only at the agents' start,
+            # half an hour into a 10,000-node start-up.
+            raise ValueError(f"at most {MAX_FLEET_NODES} nodes, not {nodes}")
         burst = BURST_MAX if nodes >= 4 * BURST_MAX else nodes // 4
         plan = cls(nodes, injections, burst, drains)
         if injections + burst + drains + plan.spare > nodes:
@@ -486,9 +490,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-drain", action="store_true", help="leave the drain phase out")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    configure_logging("info", "json")
-    # A stopped benchmark (timeout, Ctrl-C from a supervisor) still stops the control plane it started.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     nodes = args.nodes or (QUICK_NODES if args.quick else FULL_NODES)
     injections = args.injections or (QUICK_INJECTIONS if args.quick else FULL_INJECTIONS)
     drains = args.drains or (QUICK_DRAINS if args.quick else FULL_DRAINS)
@@ -497,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"fleet_scale: error: {exc}", file=sys.stderr)
         return 2
+    configure_logging("info", "json")
+    # A stopped benchmark (timeout, Ctrl-C from a supervisor) still stops the control plane it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     result = run(plan, skip_drain=args.no_drain)
     if args.json:
         print(json.dumps(result))

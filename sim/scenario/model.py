@@ -103,10 +103,14 @@ class AgentKnobs(_Strict):
     )
 
 
+# The largest fleet a scenario or the fleet-scale benchmark may ask for (the benchmark's largest size).
+MAX_FLEET_NODES = 10_000
+
+
 class Fleet(_Strict):
     """The simulated fleet: GPU nodes with fake GPUs, one agent each, and one aggregator."""
 
-    nodes: int = Field(default=16, ge=1, le=5000, description="GPU nodes (named gpu-node-NN).")
+    nodes: int = Field(default=16, ge=1, le=MAX_FLEET_NODES, description="GPU nodes (named gpu-node-NN).")
     gpus_per_node: int = Field(default=8, ge=1, le=16, description="Fake GPUs per node.")
     gpu_profile: Literal["h100_sxm", "h200_sxm", "a100_pcie", "v100_sxm2"] = Field(
         default="h100_sxm", description="Fake GPU model (sim/fakes/profiles.py)."

@@ -7,8 +7,9 @@ import math
 import pytest
 
 from aggregator.settings import AggregatorSettings
-from bench.fleet_scale import BURST_DWELL_S, DRAIN_DWELL_S, Plan, _dwell_s, report_p99
+from bench.fleet_scale import BURST_DWELL_S, DRAIN_DWELL_S, Plan, _dwell_s, main, report_p99
 from bench.fleet_stack import histogram_quantile
+from sim.scenario.model import MAX_FLEET_NODES, Fleet
 
 INF = math.inf
 
@@ -54,3 +55,18 @@ def test_a_faulted_node_stays_unhealthy_past_the_settle_wait_when_its_phase_need
     assert _dwell_s("b", sets) == BURST_DWELL_S > 2 * settle_s
     assert _dwell_s("a", sets) == 0.0
     assert _dwell_s("d", sets) == 600.0
+
+
+def test_a_fleet_larger_than_the_model_allows_is_refused_before_anything_starts() -> None:
+    """--nodes above the fleet model's maximum is refused by the plan (a one-line error in main), not by the
+    model at the agents' start, half an hour into the control plane's start-up (it was, at 10,001)."""
+    with pytest.raises(ValueError, match="at most 10000 nodes"):
+        Plan.of(MAX_FLEET_NODES + 1, 200, 50)
+    assert Plan.of(MAX_FLEET_NODES, 200, 50).burst == 1000
+    assert Fleet(nodes=MAX_FLEET_NODES).nodes == 10_000
+
+
+def test_main_refuses_an_oversized_fleet_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", str(MAX_FLEET_NODES + 1), "--no-drain"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"fleet_scale: error: at most {MAX_FLEET_NODES} nodes, not {MAX_FLEET_NODES + 1}"]
