@@ -12,7 +12,8 @@ agent at once). An outside client watches every node and the pods. Then:
    seen by the outside watch. Those nodes do not drain (their pods stay where the drains need room).
 2. burst: a quarter of the fleet (1,000 nodes from 4,000 up) fails at once; each node's injection to taint,
    the breaker's trip time (polled at the aggregator) and how many of them were cordoned or lost a pod
-   (must be none: a burst is a shared cause).
+   (must be none up to 5,000 nodes: a burst is a shared cause; above 5,000 the 1,000 nodes are less than
+   the breaker's default 20 %, so it need not trip, and the fleet budget bounds what is drained).
 3. drain: nodes failing one after another, drained by the central remediator while kube-scheduler places
    the replacement pods: cordon to drained and fault to the Deployment Running in full again.
 
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -346,7 +347,9 @@ def burst_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
             lambda: all(stack.watcher.tainted_since(n, started) for n in names),
             max(1.0, deadline - time.perf_counter()),
         )
-    latencies = [t - started for n in names if (t := stack.watcher.tainted_since(n, started)) is not None]
+    with stack.watcher.changed:  # the window ends here: a taint seen after it is a late one
+        window_end = time.perf_counter()
+        latencies = [t - started for n in names if (t := stack.watcher.tainted_since(n, started)) is not None]
     poller.join(30.0)
     stop.set()
     time.sleep(15.0)  # time for any permit granted in the burst to turn into a cordon and evictions
@@ -366,6 +369,8 @@ def burst_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
         stack.watcher.wait(
             lambda: not any(stack.watcher.tainted.get(n) for n in names), BURST_DWELL_S + INTERVAL_S * 2.5
         )
+    with stack.watcher.changed:
+        late = missed_taints(names, partial(stack.watcher.tainted_since, since=started), started, window_end)
     return {
         "nodes": len(names),
         "injected_within_s": round(injected_s, 3),
@@ -373,7 +378,47 @@ def burst_phase(stack: Stack, names: list[str]) -> dict[str, Any]:
         **summary(latencies),
         "breaker_trip_s": round(trip[0], 3) if trip else None,
         "drained_nodes": len(drained),
+        **late.figures(stack.fleet.host_of),
     }
+
+
+@dataclass(frozen=True)
+class MissedTaints:
+    """The burst nodes not seen tainted within the window, and when (if at all) their taint came later."""
+
+    missed: list[str]
+    late_s: dict[str, float]
+
+    def figures(self, host_of: Callable[[str], int]) -> dict[str, Any]:
+        """How many missed the window, how many were tainted later and the latest, and the missed per agent
+        host (a host that stalled shows as one host's share of the burst)."""
+        by_host: dict[str, int] = {}
+        for name in self.missed:
+            key = str(host_of(name))
+            by_host[key] = by_host.get(key, 0) + 1
+        return {
+            "missed_window": len(self.missed),
+            "tainted_late": len(self.late_s),
+            "late_max_s": round(max(self.late_s.values()), 3) if self.late_s else None,
+            "missed_by_host": dict(sorted(by_host.items(), key=lambda item: int(item[0]))),
+        }
+
+
+def missed_taints(
+    names: list[str], tainted_since: Callable[[str], float | None], started: float, window_end: float
+) -> MissedTaints:
+    """Which of ``names`` had no taint by ``window_end``, and, for each of them tainted after it, how long
+    after ``started`` (the watch keeps every taint's time, so a late one is still seen)."""
+    missed: list[str] = []
+    late_s: dict[str, float] = {}
+    for name in names:
+        seen = tainted_since(name)
+        if seen is not None and seen <= window_end:
+            continue
+        missed.append(name)
+        if seen is not None:
+            late_s[name] = seen - started
+    return MissedTaints(missed, late_s)
 
 
 def _dwell_s(name: str, sets: dict[str, list[str]]) -> float:

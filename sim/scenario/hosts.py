@@ -148,6 +148,10 @@ class HostedFleet:
             if time.monotonic() > deadline:
                 raise HostError(f"the agent hosts were not ready after {timeout_s * 2:.0f} s")
 
+    def host_of(self, name: str) -> int:
+        """The index of the host process that runs ``name``'s agent."""
+        return self._where[name]
+
     def apply_fault(self, names: Sequence[str], gpu: int, fault: GpuFault) -> None:
         """Inject ``fault`` on GPU ``gpu`` of every node in ``names``: one message per host, then the replies.
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from aggregator.settings import AggregatorSettings
-from bench.fleet_scale import BURST_DWELL_S, DRAIN_DWELL_S, Plan, _dwell_s, main, report_p99
+from bench.fleet_scale import BURST_DWELL_S, DRAIN_DWELL_S, Plan, _dwell_s, main, missed_taints, report_p99
 from bench.fleet_stack import histogram_quantile
 from sim.scenario.model import MAX_FLEET_NODES, Fleet
 
@@ -70,3 +70,30 @@ def test_main_refuses_an_oversized_fleet_in_one_line(capsys: pytest.CaptureFixtu
     assert main(["--nodes", str(MAX_FLEET_NODES + 1), "--no-drain"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"fleet_scale: error: at most {MAX_FLEET_NODES} nodes, not {MAX_FLEET_NODES + 1}"]
+
+
+def test_a_burst_node_tainted_after_the_window_is_missed_and_counted_late_with_its_host() -> None:
+    """A stalled agent host shows as its share of the burst missing the window; the watch's later taints
+    say whether those nodes were tainted at all, and when."""
+    started, window_end = 100.0, 220.0
+    taints = {"a": 110.0, "b": 219.9, "c": 260.5, "d": None}
+    late = missed_taints(list(taints), taints.get, started, window_end)
+    assert late.missed == ["c", "d"]
+    assert late.late_s == {"c": pytest.approx(160.5)}
+    hosts = {"a": 0, "b": 1, "c": 11, "d": 2}
+    assert late.figures(hosts.__getitem__) == {
+        "missed_window": 2,
+        "tainted_late": 1,
+        "late_max_s": 160.5,
+        "missed_by_host": {"2": 1, "11": 1},
+    }
+
+
+def test_a_burst_with_every_node_in_the_window_misses_none() -> None:
+    late = missed_taints(["a", "b"], {"a": 1.0, "b": 2.0}.get, 0.0, 2.0)
+    assert late.figures(lambda _name: 0) == {
+        "missed_window": 0,
+        "tainted_late": 0,
+        "late_max_s": None,
+        "missed_by_host": {},
+    }

@@ -64,3 +64,10 @@ def test_stopping_hosts_waits_one_deadline_for_all_not_one_per_host(monkeypatch:
     assert clock[0] <= hosts_module.STOP_TIMEOUT_S
     assert processes[0].joined[0] == hosts_module.STOP_TIMEOUT_S
     assert processes[-1].joined[0] == 0.0
+
+
+def test_each_node_is_found_on_the_host_it_was_dealt_to() -> None:
+    fleet = HostedFleet([], {"gpu-node-00000": 0, "gpu-node-00001": 1})
+    assert fleet.host_of("gpu-node-00001") == 1
+    with pytest.raises(KeyError):
+        fleet.host_of("gpu-node-99999")
