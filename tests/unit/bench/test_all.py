@@ -1,4 +1,4 @@
-"""bench.all: which benchmarks a mode runs, and how the 5,000-node fleet is asked for."""
+"""bench.all: which benchmarks a mode runs, and how the 5,000- and 10,000-node fleets are asked for."""
 
 from __future__ import annotations
 
@@ -43,3 +43,11 @@ def test_the_5000_node_fleet_is_the_fleet_scale_module_with_its_size_and_a_longe
     five = by_name["fleet_scale_5000"]
     assert five.command == ["-m", "bench.fleet_scale", "--json", "--nodes", "5000"]
     assert five.timeout_s > 2715  # the run of 2026-12-05 took 2,715 s
+
+
+def test_the_10000_node_fleet_leaves_out_the_drains_and_has_time_for_its_hour() -> None:
+    by_name = {b.name: b for b in bench_all.BENCHMARKS}
+    ten = by_name["fleet_scale_10000"]
+    assert ten.command == ["-m", "bench.fleet_scale", "--json", "--nodes", "10000", "--no-drain"]
+    assert ten.full_only
+    assert ten.timeout_s > 3569  # the run of 2026-12-05 took 3,569 s
