@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -392,15 +393,12 @@ class MissedTaints:
     def figures(self, host_of: Callable[[str], int]) -> dict[str, Any]:
         """How many missed the window, how many were tainted later and the latest, and the missed per agent
         host (a host that stalled shows as one host's share of the burst)."""
-        by_host: dict[str, int] = {}
-        for name in self.missed:
-            key = str(host_of(name))
-            by_host[key] = by_host.get(key, 0) + 1
+        by_host = Counter(host_of(name) for name in self.missed)
         return {
             "missed_window": len(self.missed),
             "tainted_late": len(self.late_s),
             "late_max_s": round(max(self.late_s.values()), 3) if self.late_s else None,
-            "missed_by_host": dict(sorted(by_host.items(), key=lambda item: int(item[0]))),
+            "missed_by_host": {str(host): count for host, count in sorted(by_host.items())},
         }
 
 
